@@ -1,0 +1,17 @@
+"""sympathy: mechanical sympathy, measured.
+
+    import sympathy as sy
+    sy.matmul(a, b, kernel="packed")        # c_src/matmul.c
+    sy.RingBuffer(1024, dtype=np.int64)     # c_src/ring.c
+    sy.lab.false_sharing(threads=2)         # c_src/lab.c
+    sy.attention.cpu(q, k, v)               # c_src/attention.c
+
+Every subject is one C file and one module; see DESIGN.md for the contract.
+"""
+__version__ = "0.1.0"
+
+from ._errors import ClosedError, NotSupportedError
+from .affinity import pin, pinned
+from .topology import topology
+
+# ---- subjects (one line each) ----
