@@ -77,20 +77,20 @@ DEMO_ORDER = {"info": 0, "matmul": 1, "lab": 2, "ring": 3, "softmax": 4, "attent
 def cmd_demo(args: argparse.Namespace) -> int:
     console = _console()
     demos = available_demos()
-    if not args.name:
+    if args.list:
         from rich.table import Table
 
-        t = Table(title="Demos (sympathy demo NAME, or `all` for the tour)", title_justify="left")
+        t = Table(title="Demos (sympathy demo NAME; no NAME, or all, runs the tour)", title_justify="left")
         t.add_column("name", style="bold")
         t.add_column("what it shows")
         for name, summary in demos.items():
             t.add_row(name, summary)
         console.print(t)
         return 0
-    names = list(demos) if args.name == "all" else [args.name.replace("-", "_")]
+    names = list(demos) if args.name in (None, "all") else [args.name.replace("-", "_")]
     for name in names:
         if name not in demos:
-            console.print(f"[red]no demo named {args.name!r}[/red]; choose from: {', '.join(demos)} or all")
+            console.print(f"[red]no demo named {args.name!r}[/red]; choose from: {', '.join(demos)}, or all")
             return 2
     for name in names:
         console.rule(f"[bold]sympathy demo {name}")
@@ -171,7 +171,10 @@ def cmd_build_cuda(args: argparse.Namespace) -> int:
 
 
 # ---- main -----------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; suites and cachegrind subjects are imported only when their command is used."""
+    words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
+    command = words[0] if words else None
     parser = argparse.ArgumentParser(
         prog="sympathy",
         description="Mechanical sympathy, measured: matmul loop order, a Disruptor ring buffer, "
@@ -185,13 +188,22 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--no-gpu", action="store_true", help="do not import torch to look for a GPU")
     info.set_defaults(func=cmd_info)
 
-    demo = sub.add_parser("demo", help="run a demo (no NAME lists them; `all` runs the tour)")
-    demo.add_argument("name", nargs="?", help="demo name, or all")
+    demo = sub.add_parser("demo", help="run the tour, or one demo by name (--list shows them)")
+    demo.add_argument("name", nargs="?", help="demo name, or all (the default: the whole tour)")
+    demo.add_argument("--list", action="store_true", help="list the demos and what each shows")
     demo.add_argument("demo_args", nargs=argparse.REMAINDER, help="passed to the demo")
     demo.set_defaults(func=cmd_demo)
 
-    _add_bench_parsers(sub)
-    _add_cachegrind_parsers(sub)
+    if command == "bench":
+        _add_bench_parsers(sub)
+    else:
+        sub.add_parser("bench", help="run a benchmark suite: a table, JSON and (--plot) charts "
+                                     "(`sympathy bench --help` lists the suites)")
+    if command == "cachegrind":
+        _add_cachegrind_parsers(sub)
+    else:
+        sub.add_parser("cachegrind", help="cache misses of a kernel under valgrind's cache simulator "
+                                          "(`sympathy cachegrind --help` lists the subjects)")
 
     build = sub.add_parser("build-cuda", help="compile the CUDA kernels ahead of time (needs nvcc)")
     build.add_argument("--arch", nargs="+", default=None, help="e.g. sm_80 sm_90a (default: this GPU's)")
@@ -201,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         return args.func(args) or 0
     except KeyboardInterrupt:

@@ -41,8 +41,10 @@ def subject_ffibuilder(subject: str, *, extra_sources: list[str] = (), libraries
     ffibuilder.set_source(
         f"sympathy._{subject}",
         f'#include "{subject}.h"\n',
-        sources=[str(s) for s in sources],
-        include_dirs=[str(C_SRC)],
+        # Paths relative to the project root: setuptools refuses absolute ones, and both `pip install .`
+        # and build_in_place run from the root.
+        sources=[str(s.relative_to(ROOT)) for s in sources],
+        include_dirs=[str(C_SRC.relative_to(ROOT))],
         extra_compile_args=CFLAGS + list(extra_cflags),
         extra_link_args=LDFLAGS,
         libraries=list(libraries),
@@ -52,6 +54,9 @@ def subject_ffibuilder(subject: str, *, extra_sources: list[str] = (), libraries
 
 def build_in_place(ffibuilder: FFI) -> None:
     """`python sympathy/_build/<subject>_build.py`: compile next to the sources, for development."""
+    import os
+
+    os.chdir(ROOT)
     out = ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose="-v" in sys.argv)
     target = ROOT / "sympathy" / Path(out).name
     Path(out).replace(target)

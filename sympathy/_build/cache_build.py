@@ -1,0 +1,11 @@
+"""cffi build script for sympathy._cache (c_src/cache.c); runs standalone to build in place."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import build_in_place, subject_ffibuilder  # noqa: E402
+
+ffibuilder = subject_ffibuilder("cache")
+
+if __name__ == "__main__":
+    build_in_place(ffibuilder)
