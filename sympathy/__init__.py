@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 from ._errors import ClosedError, NotSupportedError
 from .affinity import pin, pinned
+from .cache import CacheReport, cachegrind, counters
 from .topology import topology
 
 # ---- subjects (one line each) ----
