@@ -41,10 +41,8 @@ def subject_ffibuilder(subject: str, *, extra_sources: list[str] = (), libraries
     ffibuilder.set_source(
         f"sympathy._{subject}",
         f'#include "{subject}.h"\n',
-        # Paths relative to the project root: setuptools refuses absolute ones, and both `pip install .`
-        # and build_in_place run from the root.
-        sources=[str(s.relative_to(ROOT)) for s in sources],
-        include_dirs=[str(C_SRC.relative_to(ROOT))],
+        sources=[_path(s) for s in sources],
+        include_dirs=[_path(C_SRC)],
         extra_compile_args=CFLAGS + list(extra_cflags),
         extra_link_args=LDFLAGS,
         libraries=list(libraries),
@@ -52,11 +50,15 @@ def subject_ffibuilder(subject: str, *, extra_sources: list[str] = (), libraries
     return ffibuilder
 
 
+def _path(path: Path) -> str:
+    """setuptools refuses absolute source paths (pip runs it from the root, so relative ones work);
+    a build script run standalone compiles inside build/cffi, where only absolute paths resolve."""
+    standalone = Path(sys.argv[0]).name.endswith("_build.py")
+    return str(path) if standalone else str(path.relative_to(ROOT))
+
+
 def build_in_place(ffibuilder: FFI) -> None:
     """`python sympathy/_build/<subject>_build.py`: compile next to the sources, for development."""
-    import os
-
-    os.chdir(ROOT)
     out = ffibuilder.compile(tmpdir=str(ROOT / "build" / "cffi"), verbose="-v" in sys.argv)
     target = ROOT / "sympathy" / Path(out).name
     Path(out).replace(target)
