@@ -24,7 +24,7 @@ from ._errors import NotSupportedError
 
 # Subjects whose modules provide `cachegrind_help`, `cachegrind_arguments(parser)` and
 # `cachegrind_cases(args)` for `sympathy cachegrind SUBJECT ...`.
-CACHEGRIND_SUBJECTS = {"matmul": "sympathy.matmul"}
+CACHEGRIND_SUBJECTS = {"matmul": "sympathy.matmul", "lab": "sympathy.lab"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,149 @@
+/* ring.h: a Disruptor-style lock-free ring buffer (c_src/ring.c) and its C-level benchmarks
+ * (c_src/ring_bench.c).
+ *
+ * One ring is one memory region: a header of 128-byte blocks (sequences, registries, liveness
+ * records), a per-slot availability array, then `capacity` fixed-size slots. The region lives in
+ * private memory or in a named POSIX shared-memory segment, so producers and consumers can be
+ * threads of one process or separate processes; the code path is the same.
+ *
+ * Sequences count items from 0; -1 means "nothing yet". A producer claims sequences, writes their
+ * slots and publishes them; a consumer waits on a barrier (the producers' cursor or, for a
+ * downstream stage, the sequences of the consumers it runs after), reads a batch and releases it
+ * by storing its own sequence. Only leaf consumers (those nothing runs after) gate the producers.
+ */
+#ifndef SYMPATHY_RING_H
+#define SYMPATHY_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "platform.h"
+
+/* CDEF BEGIN */
+#define SY_RING_MAX_CONSUMERS 64
+#define SY_RING_MAX_PRODUCERS 64
+#define SY_RING_NAME_MAX 200
+
+enum sy_ring_producer_kind {
+    SY_RING_SINGLE_PRODUCER = 0,  /* one publishing thread: plain store of the cursor */
+    SY_RING_MULTI_PRODUCER = 1,   /* any number: fetch-add claim + per-slot availability flags */
+};
+
+enum sy_ring_wait {
+    SY_WAIT_BUSY_SPIN = 0,  /* PAUSE loop: lowest latency, burns a core */
+    SY_WAIT_YIELD = 1,      /* spin a little, then sched_yield */
+    SY_WAIT_SLEEP = 2,      /* spin, yield, then nanosleep with exponential backoff */
+    SY_WAIT_BLOCKING = 3,   /* futex: sleeps in the kernel, woken by the other side */
+};
+
+typedef struct sy_ring sy_ring;
+typedef struct sy_ring_producer sy_ring_producer;
+typedef struct sy_ring_consumer sy_ring_consumer;
+
+typedef struct sy_ring_config {
+    int64_t capacity;      /* slots; a power of two >= 2 */
+    int64_t slot_size;     /* bytes per item, >= 1 */
+    int producer_kind;     /* enum sy_ring_producer_kind */
+    int wait;              /* enum sy_ring_wait */
+} sy_ring_config;
+
+typedef struct sy_ring_info {
+    int64_t capacity;
+    int64_t slot_size;
+    int producer_kind;
+    int wait;
+    int shared;            /* 1 when the region is a named shared-memory segment */
+    int closed;            /* 1 once end-of-stream was signalled */
+    int64_t cursor;        /* single producer: last published; multi: last claimed */
+    int64_t region_bytes;
+    int64_t header_bytes;
+    int64_t slots_offset;  /* byte offset of slot 0 within the region */
+} sy_ring_info;
+
+typedef struct sy_ring_peer {
+    int kind;              /* 0 = producer, 1 = consumer */
+    int index;             /* record index in its registry */
+    int64_t pid;
+    int64_t heartbeat_ns;  /* CLOCK_MONOTONIC of its last sign of life */
+    int64_t sequence;      /* consumers: last released; producers: -1 */
+    uint64_t after_mask;   /* consumers: the consumers this one runs after */
+    int alive;             /* 0 when the process is gone (or a zombie) */
+} sy_ring_peer;
+
+/* ---- the ring (region) ---- */
+int sy_ring_create(const sy_ring_config *config, const char *name, sy_ring **out);
+int sy_ring_attach(const char *name, sy_ring **out);
+/* Drops this handle; the region is unmapped once its producers and consumers are closed too.
+ * A named segment stays until sy_ring_unlink. */
+void sy_ring_free(sy_ring *ring);
+int sy_ring_unlink(const char *name);                /* removes a named segment (stale or not) */
+int sy_ring_validate(const void *region, int64_t region_bytes);  /* header checks used by attach */
+int sy_ring_get_info(const sy_ring *ring, sy_ring_info *out);
+void *sy_ring_slots(const sy_ring *ring);            /* base of slot 0 */
+int sy_ring_close_stream(sy_ring *ring);             /* end of stream: consumers drain, then SY_ECLOSED */
+int sy_ring_peers(const sy_ring *ring, sy_ring_peer *out, int max_peers);
+int sy_ring_layout_offsets(int64_t *out, int n);     /* offsets of the hot fields, for tests */
+
+/* ---- producers ---- */
+int sy_ring_producer_open(sy_ring *ring, sy_ring_producer **out);
+void sy_ring_producer_close(sy_ring_producer *producer);
+/* Claim n sequences (1 <= n <= capacity); *hi receives the last one, the first is *hi - n + 1.
+ * timeout_ns < 0 waits forever; 0 tries once. */
+int sy_ring_claim(sy_ring_producer *producer, int64_t n, int64_t timeout_ns, int64_t *hi);
+void sy_ring_publish(sy_ring_producer *producer, int64_t lo, int64_t hi);
+/* claim + copy + publish of n items (any n; larger than capacity goes in capacity-sized pieces). */
+int sy_ring_write(sy_ring_producer *producer, const void *items, int64_t n, int64_t timeout_ns,
+                  int64_t *written);
+/* One item of exactly slot_size bytes. */
+int sy_ring_write_one(sy_ring_producer *producer, const void *item, int64_t timeout_ns);
+/* One 8-byte item passed by value (rings whose slot_size is 8; SY_EINVAL otherwise). */
+int sy_ring_write_i64(sy_ring_producer *producer, int64_t value, int64_t timeout_ns);
+
+/* ---- consumers ---- */
+/* after: indices of the consumers this one runs after (NULL/0 for none: it follows the producers). */
+int sy_ring_consumer_open(sy_ring *ring, const int *after, int n_after, sy_ring_consumer **out);
+int sy_ring_consumer_close(sy_ring_consumer *consumer);  /* SY_EINVAL while others run after it */
+/* Leave a consumer that others run after: it stays registered, frozen at its last release, so
+ * they can drain up to it; its process may then exit without being taken for a dead peer. */
+void sy_ring_consumer_detach(sy_ring_consumer *consumer);
+int sy_ring_consumer_index(const sy_ring_consumer *consumer);
+int64_t sy_ring_consumer_sequence(const sy_ring_consumer *consumer);
+/* Wait until the next sequence is readable; *hi receives the highest readable one (a batch). */
+int sy_ring_wait_for(sy_ring_consumer *consumer, int64_t timeout_ns, int64_t *hi);
+void sy_ring_release(sy_ring_consumer *consumer, int64_t upto);
+/* wait + copy up to max_n items (stopping at max_n, never waiting for more than one) + release. */
+int sy_ring_read(sy_ring_consumer *consumer, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out);
+int sy_ring_read_one(sy_ring_consumer *consumer, void *dst, int64_t timeout_ns);
+/* sy_ring_read, but one item only while another consumer runs after this one. For per-item
+ * readers that buffer what they took: one FFI crossing per batch instead of per item. */
+int sy_ring_read_ahead(sy_ring_consumer *consumer, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out);
+
+/* ---- C-level benchmarks (c_src/ring_bench.c): threads created and pinned in C ---- */
+enum sy_bench_shape {
+    SY_SHAPE_UNICAST = 0,     /* P -> C */
+    SY_SHAPE_PIPELINE = 1,    /* P -> C1 -> C2 -> C3 */
+    SY_SHAPE_MULTICAST = 2,   /* P -> {C1, C2, C3}, each sees every item */
+    SY_SHAPE_DIAMOND = 3,     /* P -> {C1, C2} -> C3 */
+    SY_SHAPE_THREE_TO_ONE = 4,/* {P1, P2, P3} -> C */
+};
+
+typedef struct sy_bench_result {
+    double seconds;
+    int64_t items;            /* items through the shape (per consumer) */
+    int64_t batches;          /* read calls that returned data, summed over the leaf consumers */
+    int64_t checksum_ok;      /* 1 when every consumer saw exactly the expected items */
+} sy_bench_result;
+
+/* cpus: one CPU per thread in thread order (producers first), or NULL for no pinning. */
+int sy_bench_ring(int shape, int wait, int64_t items, int64_t batch, int64_t capacity,
+                  const int *cpus, int n_cpus, sy_bench_result *out);
+int sy_bench_mutex_queue(int shape, int64_t items, int64_t capacity, const int *cpus, int n_cpus,
+                         sy_bench_result *out);
+/* Round trips through two 1P-1C rings; rtt_ns[i] receives each round trip. */
+int sy_bench_pingpong(int wait, int64_t rounds, const int *cpus, int n_cpus, int64_t *rtt_ns);
+/* Single-producer single-consumer item-at-a-time ring with its two indices (and their cached
+ * copies) packed into one line (padding 0), 64 B apart, or 128 B apart. */
+int sy_bench_false_sharing(int padding, int64_t items, const int *cpus, int n_cpus, sy_bench_result *out);
+/* CDEF END */
+
+#endif /* SYMPATHY_RING_H */

@@ -1,0 +1,171 @@
+"""The Disruptor DSL over sy.RingBuffer: event handlers on threads, wired as a dependency graph.
+
+    d = sy.Disruptor(1024, dtype=np.int64)
+    d.handle_events_with(journal, replicate).then(business_logic)   # a diamond
+    d.start()
+    d.publish_batch(np.arange(10_000))
+    d.shutdown(timeout=5)        # drains, halts, joins; re-raises a handler's unhandled error
+
+A handler is `handler(events, sequence, end_of_batch)`: `events` is a read-only NumPy view of the
+ready items starting at `sequence`; it is valid only during the call (copy what you keep).
+`end_of_batch` is True when nothing more was ready: the place to flush (LMAX's endOfBatch).
+Each handler runs on its own thread (its BatchEventProcessor); it sees every event once, in order,
+after all the handlers it was chained `.then()` behind have seen it.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+
+from ._errors import ClosedError
+from .ring import Consumer, RingBuffer
+
+Handler = Callable[[np.ndarray, int, bool], None]
+ExceptionHandler = Callable[[BaseException, int, np.ndarray], None]
+
+_POLL_S = 0.05  # how often an idle processor looks at its halt flag
+
+
+class EventHandlerGroup:
+    """The handlers added by one call; `.then(...)` adds handlers that run after all of them."""
+
+    def __init__(self, disruptor: "Disruptor", consumers: list[Consumer]):
+        self._disruptor = disruptor
+        self.consumers = consumers
+
+    def then(self, *handlers: Handler) -> "EventHandlerGroup":
+        return self._disruptor._add(handlers, after=self.consumers)
+
+    handle_events_with = then
+
+
+class _Processor:
+    """One handler, one consumer, one thread: LMAX's BatchEventProcessor."""
+
+    def __init__(self, disruptor: "Disruptor", handler: Handler, consumer: Consumer):
+        self.disruptor = disruptor
+        self.handler = handler
+        self.consumer = consumer
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        d, c = self.disruptor, self.consumer
+        while not d._halted.is_set():
+            try:
+                with c.view_batch(d.batch_size, timeout=_POLL_S) as events:
+                    sequence = c.sequence + 1
+                    end_of_batch = sequence + len(events) - 1 == c._hi[0]
+                    try:
+                        self.handler(events, sequence, end_of_batch)
+                    except Exception as exc:  # the exception handler decides: skip, or halt
+                        if not self._handle(exc, sequence, events):
+                            return
+            except queue.Empty:
+                continue
+            except ClosedError:
+                return
+
+    def _handle(self, exc: BaseException, sequence: int, events: np.ndarray) -> bool:
+        handler = self.disruptor.exception_handler
+        if handler is None:
+            self.error = exc  # fatal by default: this processor stops, shutdown() re-raises
+            return False
+        try:
+            handler(exc, sequence, events)
+            return True
+        except BaseException as fatal:
+            self.error = fatal
+            return False
+
+
+class Disruptor:
+    """A ring buffer plus handler threads. Wire with handle_events_with/then, then start()."""
+
+    def __init__(self, capacity: int, dtype=None, *, item_size: int | None = None, producer: str = "single",
+                 wait: str = "blocking", batch_size: int = 1024,
+                 exception_handler: ExceptionHandler | None = None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
+        self.ring = RingBuffer(capacity, dtype, item_size=item_size, producer=producer, wait=wait)
+        self.batch_size = batch_size
+        self.exception_handler = exception_handler
+        self._processors: list[_Processor] = []
+        self._halted = threading.Event()
+        self._started = False
+
+    def handle_events_with(self, *handlers: Handler) -> EventHandlerGroup:
+        """Handlers that follow the producers directly (in parallel with each other)."""
+        return self._add(handlers, after=[])
+
+    def _add(self, handlers, after: list[Consumer]) -> EventHandlerGroup:
+        if self._started:
+            raise RuntimeError("add handlers before start()")
+        if not handlers:
+            raise ValueError("give at least one handler")
+        for h in handlers:
+            if not callable(h):
+                raise TypeError(f"a handler must be callable as handler(events, sequence, end_of_batch); got {h!r}")
+        consumers = [self.ring.consumer(after=after) for _ in handlers]
+        self._processors += [_Processor(self, h, c) for h, c in zip(handlers, consumers)]
+        return EventHandlerGroup(self, consumers)
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> "Disruptor":
+        if self._started:
+            raise RuntimeError("this Disruptor was already started")
+        if not self._processors:
+            raise RuntimeError("no handlers: call handle_events_with(...) first")
+        self._started = True
+        for i, p in enumerate(self._processors):
+            p.thread = threading.Thread(target=p.run, name=f"disruptor-handler-{i}", daemon=True)
+            p.thread.start()
+        return self
+
+    def publish(self, item, timeout: float | None = None) -> None:
+        self.ring.publish(item, timeout)
+
+    def publish_batch(self, items, timeout: float | None = None) -> None:
+        self.ring.publish_batch(items, timeout)
+
+    def halt(self) -> None:
+        """Stop the handler threads at their next batch boundary, processed or not."""
+        self._halted.set()
+        for p in self._processors:
+            if p.thread is not None:
+                p.thread.join()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Wait until every handler has seen everything published, then halt and close the ring.
+
+        TimeoutError if the handlers have not caught up within `timeout` seconds (they are halted
+        anyway); a handler's unhandled exception is re-raised here.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        drained = False
+        while self._started:
+            target = self.ring.cursor
+            if all(p.consumer.sequence >= target or p.error or not p.thread.is_alive() for p in self._processors):
+                drained = True
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        self.halt()
+        errors = [p.error for p in self._processors if p.error is not None]
+        self.ring.close()
+        if errors:
+            raise errors[0]
+        if self._started and not drained:
+            raise TimeoutError(f"handlers did not catch up within {timeout} s; halted anyway")
+
+    def __enter__(self) -> "Disruptor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.ring.closed:
+            self.shutdown()

@@ -1,0 +1,615 @@
+"""A Disruptor-style lock-free ring buffer for threads and processes (C core in c_src/ring.c).
+
+    rb = sy.RingBuffer(1024, dtype=np.int64)          # private memory: threads of this process
+    c = rb.consumer()                                 # create consumers before publishing
+    rb.publish(7); rb.publish_batch(np.arange(100))
+    c.get()            -> 7 (a Python scalar for plain dtypes)
+    c.get_batch(64)    -> np.ndarray, a copy: yours to keep
+    with c.view_batch(64) as view: ...                # zero-copy, valid only inside the block
+
+    rb = sy.RingBuffer(1 << 16, dtype=np.int64, name="ticks")   # POSIX shared memory
+    sy.RingBuffer.attach("ticks", dtype=np.int64)                # in another process
+
+Timeouts follow the standard library's queue module: `timeout=None` waits as long as it takes,
+`timeout=0` tries once, `publish*` raise `queue.Full` and `get*` raise `queue.Empty` when the time
+runs out. A closed stream (after `close_stream()` and once drained) or a dead peer process raises
+`sympathy.ClosedError`. Every wait happens in C with the GIL released.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import queue
+import re
+import struct
+import sys
+import threading
+import weakref
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ._errors import SY_ECLOSED, SY_EINVAL, SY_ETIMEDOUT, ClosedError, check
+
+try:
+    from ._ring import ffi, lib
+except ImportError as exc:  # pragma: no cover - only without a build
+    raise ImportError("sympathy._ring is not built: run `pip install .` or "
+                      "`python sympathy/_build/ring_build.py`") from exc
+
+__all__ = ["RingBuffer", "Consumer", "WAITS", "PRODUCERS"]
+
+# Bound once: a module-global lookup is cheaper than `lib.name` on the per-item paths.
+_write_one, _write_i64 = lib.sy_ring_write_one, lib.sy_ring_write_i64
+_read_one, _read_ahead = lib.sy_ring_read_one, lib.sy_ring_read_ahead
+READ_AHEAD = 256  # items get() may take in one C call (plain numeric dtypes, no consumer after it)
+
+WAITS = {"busy_spin": lib.SY_WAIT_BUSY_SPIN, "yield": lib.SY_WAIT_YIELD, "sleep": lib.SY_WAIT_SLEEP,
+         "blocking": lib.SY_WAIT_BLOCKING}
+PRODUCERS = {"single": lib.SY_RING_SINGLE_PRODUCER, "multi": lib.SY_RING_MULTI_PRODUCER}
+MAX_CONSUMERS = 64
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+_MAX_CAPACITY = 1 << 40
+
+
+def _timeout_ns(timeout: float | None) -> int:
+    if timeout is None:
+        return -1
+    if not isinstance(timeout, (int, float)) or timeout != timeout:
+        raise TypeError(f"timeout must be a number of seconds or None; got {timeout!r}")
+    if timeout < 0:
+        raise ValueError(f"timeout must be >= 0 (or None to wait forever); got {timeout}")
+    return int(timeout * 1e9) if timeout < 1e9 else -1  # beyond ~31 years: forever (fits int64)
+
+
+def _segment_name(name: str) -> bytes:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"name must be 1..200 characters from [A-Za-z0-9_.-]; got {name!r}")
+    return ("/" + name).encode()
+
+
+def _describe(status: int, what: str) -> None:
+    """check(), with the errno of a failed OS call attached."""
+    check(status, what, os_errno=ffi.errno or None)
+
+
+class RingBuffer:
+    """A bounded ring of fixed-size items with one or many producers and any consumer graph.
+
+    capacity: slots, a power of two (>= 2). dtype: a NumPy dtype (plain or structured), or
+    item_size: bytes per item for raw byte items. producer: "single" (one publishing thread in
+    one process) or "multi" (any threads, any processes). wait: how a side waits when it has to:
+    "busy_spin" (lowest latency, burns a core: only with a core per thread), "yield", "sleep"
+    (backoff) or "blocking" (futex; the default, right whenever threads outnumber cores).
+    name: create a named POSIX shared-memory segment (mode 0600) that other processes attach to.
+    """
+
+    def __init__(self, capacity: int, dtype=None, *, item_size: int | None = None,
+                 producer: str = "single", wait: str = "blocking", name: str | None = None):
+        dtype, size = _item_layout(dtype, item_size)
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+            raise TypeError(f"capacity must be an int; got {type(capacity).__name__}")
+        capacity = int(capacity)
+        if capacity < 2 or capacity & (capacity - 1) or capacity > _MAX_CAPACITY:
+            raise ValueError(f"capacity must be a power of two in [2, 2**40]; got {capacity}")
+        if producer not in PRODUCERS:
+            raise ValueError(f"producer must be one of {sorted(PRODUCERS)}; got {producer!r}")
+        if wait not in WAITS:
+            raise ValueError(f"wait must be one of {sorted(WAITS)}; got {wait!r}")
+        c_name = _segment_name(name) if name is not None else ffi.NULL
+        config = ffi.new("sy_ring_config *", {"capacity": capacity, "slot_size": size,
+                                              "producer_kind": PRODUCERS[producer], "wait": WAITS[wait]})
+        out = ffi.new("sy_ring **")
+        _describe(lib.sy_ring_create(config, c_name, out),
+                  f"creating ring {name!r}" if name else "creating a ring")
+        self._setup(out[0], dtype, name, owner=True)
+
+    @classmethod
+    def attach(cls, name: str, dtype=None, *, item_size: int | None = None) -> "RingBuffer":
+        """Map the named ring another process created; the header is validated before any use.
+
+        Give the dtype (or item_size) the creator used: its itemsize must match the ring's slot
+        size. Without either, items are raw bytes of the ring's slot size.
+        """
+        c_name = _segment_name(name)
+        out = ffi.new("sy_ring **")
+        status = lib.sy_ring_attach(c_name, out)
+        if status != 0:
+            err = ffi.errno
+            if status == SY_EINVAL:
+                raise ValueError(f"ring {name!r} is not a valid sympathy ring (bad magic, version, "
+                                 f"checksum or size): refusing to attach")
+            if err == errno.ENOENT:
+                raise FileNotFoundError(err, f"no shared ring named {name!r}")
+            _describe(status, f"attaching to ring {name!r}")
+        ring = cls.__new__(cls)
+        info = ffi.new("sy_ring_info *")
+        lib.sy_ring_get_info(out[0], info)
+        if dtype is None and item_size is None:
+            item_size = info.slot_size
+        try:
+            dtype, size = _item_layout(dtype, item_size)
+            if size != info.slot_size:
+                raise ValueError(f"ring {name!r} holds {info.slot_size}-byte items; the dtype/item_size "
+                                 f"given is {size} bytes")
+        except Exception:
+            lib.sy_ring_free(out[0])
+            raise
+        ring._setup(out[0], dtype, name, owner=False)
+        return ring
+
+    @staticmethod
+    def cleanup(name: str) -> bool:
+        """Remove a named segment (a stale one left by a crashed process); True if one was there.
+
+        Processes that still map it keep their mapping; a new ring of that name can be created.
+        """
+        status = lib.sy_ring_unlink(_segment_name(name))
+        if status == 0:
+            return True
+        if ffi.errno == errno.ENOENT:
+            return False
+        _describe(status, f"removing ring {name!r}")
+        return False
+
+    def _setup(self, handle, dtype, name, owner: bool) -> None:
+        self._handle = ffi.gc(handle, lib.sy_ring_free)
+        info = ffi.new("sy_ring_info *")
+        lib.sy_ring_get_info(handle, info)
+        self.capacity = int(info.capacity)
+        self.item_size = int(info.slot_size)
+        self.dtype = dtype
+        self.name = name
+        self.producer_kind = "multi" if info.producer_kind == lib.SY_RING_MULTI_PRODUCER else "single"
+        self.wait = next(k for k, v in WAITS.items() if v == info.wait)
+        self._owner = owner
+        self._producer = None
+        self._producer_lock = threading.Lock()
+        self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
+        self._closed = False
+        raw = ffi.buffer(lib.sy_ring_slots(handle), self.capacity * self.item_size)
+        # Raw rings (item_size=) look like a (capacity, item_size) uint8 array, typed rings like 1-D.
+        self._slots = (np.frombuffer(raw, dtype=dtype) if dtype is not None
+                       else np.frombuffer(raw, dtype=np.uint8).reshape(self.capacity, self.item_size))
+        self._row_shape = self._slots.shape[1:]
+        self._pack, self._unpack = _scalar_codec(dtype)
+        self._int64 = dtype is not None and dtype == np.dtype(np.int64)
+
+    # ---- producer side -------------------------------------------------------------------------
+    def _producer_handle(self):
+        with self._producer_lock:  # two threads' first publish must open one handle, not two
+            if self._producer is None:
+                self._open_producer()
+        return self._producer
+
+    def _open_producer(self) -> None:
+        self._check_open()
+        out = ffi.new("sy_ring_producer **")
+        status = lib.sy_ring_producer_open(self._handle, out)
+        if status == SY_EINVAL:
+            raise ValueError("this single-producer ring already has a producer; use producer='multi' "
+                             "for several publishing threads or processes")
+        _describe(status, "opening a producer")
+        # The C handle holds a reference on the mapping, so finalisers may run in any order.
+        self._producer = ffi.gc(out[0], lib.sy_ring_producer_close)
+
+    def publish(self, item, timeout: float | None = None) -> None:
+        """Copy one item into the next slot and publish it; queue.Full if no slot frees in time."""
+        t = -1 if timeout is None else _timeout_ns(timeout)
+        producer = self._producer
+        if producer is None:
+            producer = self._producer_handle()
+        if self._int64 and type(item) is int:  # the per-item fast path: no bytes object at all
+            try:
+                status = _write_i64(producer, item, t)
+            except OverflowError:
+                raise ValueError(f"item {item!r} does not fit dtype int64") from None
+        else:
+            status = _write_one(producer, self._encode(item), t)
+        if status:
+            self._raise(status, "publishing an item", queue.Full)
+
+    def publish_batch(self, items, timeout: float | None = None) -> None:
+        """Publish a 1-D array of items with one C call (one claim per `capacity` items).
+
+        Batches up to `capacity` items are claimed at once: all or nothing. Larger batches go in
+        capacity-sized pieces; a timeout part-way raises queue.Full saying how many went out.
+        """
+        t = _timeout_ns(timeout)
+        array = self._as_batch(items)
+        n = len(array)
+        if n == 0:
+            return
+        written = ffi.new("int64_t *")
+        status = lib.sy_ring_write(self._producer_handle(), ffi.from_buffer(array), n, t, written)
+        if status:
+            self._raise(status, f"publishing a batch ({written[0]} of {n} items published)", queue.Full)
+
+    @contextlib.contextmanager
+    def claim(self, n: int, timeout: float | None = None) -> Iterator[np.ndarray]:
+        """`with rb.claim(n) as slots: slots[:] = ...`: write n items in place, published on exit.
+
+        The array is a view into the ring when the n slots are contiguous, else a scratch array
+        copied in at publish. Claimed slots are always published, even if the block raises (a
+        claimed sequence that is never published would stall every consumer).
+        """
+        t = _timeout_ns(timeout)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= self.capacity:
+            raise ValueError(f"n must be an int in [1, capacity={self.capacity}]; got {n!r}")
+        producer = self._producer_handle()
+        hi = ffi.new("int64_t *")
+        status = lib.sy_ring_claim(producer, int(n), t, hi)
+        if status:
+            self._raise(status, f"claiming {n} slots", queue.Full)
+        lo = hi[0] - n + 1
+        start = lo & (self.capacity - 1)
+        contiguous = start + n <= self.capacity
+        view = self._slots[start:start + n] if contiguous else np.zeros((n, *self._row_shape), self._slots.dtype)
+        try:
+            yield view
+        finally:
+            if not contiguous:
+                head = self.capacity - start
+                self._slots[start:] = view[:head]
+                self._slots[:n - head] = view[head:]
+            lib.sy_ring_publish(producer, lo, hi[0])
+
+    def close_stream(self) -> None:
+        """End of stream: producers can publish no more; consumers drain, then get ClosedError."""
+        self._check_open()
+        lib.sy_ring_close_stream(self._handle)
+
+    # ---- consumers -----------------------------------------------------------------------------
+    def consumer(self, after: Sequence["Consumer | int"] = ()) -> "Consumer":
+        """A new consumer that sees every item published from now on, after the given consumers.
+
+        after: consumers (or their `index`, for consumers of another process) this one runs behind:
+        a pipeline is `c2 = rb.consumer(after=[c1])`, a diamond `c3 = rb.consumer(after=[c1, c2])`.
+        Only consumers nothing runs after hold the producers back. Create consumers before
+        publishing: with no consumer the producers never wait and items are overwritten unseen.
+        """
+        self._check_open()
+        indices = []
+        for a in after:
+            index = a.index if isinstance(a, Consumer) else a
+            if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < MAX_CONSUMERS:
+                raise ValueError(f"after must hold consumers or indices in [0, {MAX_CONSUMERS}); got {a!r}")
+            indices.append(int(index))
+        consumer = Consumer(self, indices)
+        self._consumers.add(consumer)
+        return consumer
+
+    # ---- introspection and lifetime --------------------------------------------------------------
+    def peers(self) -> list[dict]:
+        """Producer and consumer records: pid, heartbeat (CLOCK_MONOTONIC ns), alive, sequence."""
+        self._check_open()
+        out = ffi.new("sy_ring_peer[]", 128)
+        n = lib.sy_ring_peers(self._handle, out, 128)
+        return [{"kind": "consumer" if p.kind else "producer", "index": p.index, "pid": p.pid,
+                 "heartbeat_ns": p.heartbeat_ns, "alive": bool(p.alive), "sequence": p.sequence,
+                 "after": [i for i in range(MAX_CONSUMERS) if p.after_mask >> i & 1]} for p in out[0:n]]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def cursor(self) -> int:
+        """Single producer: the last published sequence; multi: the last claimed one."""
+        self._check_open()
+        info = ffi.new("sy_ring_info *")
+        lib.sy_ring_get_info(self._handle, info)
+        return int(info.cursor)
+
+    def close(self, unlink: bool | None = None) -> None:
+        """Close this process's producer and consumers and unmap the ring.
+
+        A consumer that others run after is detached rather than closed: it stays registered,
+        frozen at its last release (see Consumer._close_or_detach).
+
+        unlink (named rings): remove the name too; by default only the creator does. Do not call
+        while another thread is inside publish/get on this ring.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for consumer in sorted(self._consumers, key=lambda c: -c.index):
+            consumer._close_or_detach()
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            ffi.gc(producer, None)  # detach the finaliser: closed here, exactly once
+            lib.sy_ring_producer_close(producer)
+        self._slots = None
+        ffi.gc(self._handle, None)
+        lib.sy_ring_free(self._handle)
+        if self.name is not None and (self._owner if unlink is None else unlink):
+            lib.sy_ring_unlink(_segment_name(self.name))
+
+    def __enter__(self) -> "RingBuffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = f"dtype={self.dtype}" if self.dtype is not None else f"item_size={self.item_size}"
+        where = f", name={self.name!r}" if self.name else ""
+        return (f"RingBuffer(capacity={self.capacity}, {kind}, producer={self.producer_kind!r}, "
+                f"wait={self.wait!r}{where}{', closed' if self._closed else ''})")
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("this RingBuffer was closed")
+
+    def _raise(self, status: int, what: str, timeout_exc: type[Exception]) -> None:
+        if status == SY_ETIMEDOUT:
+            raise timeout_exc(f"{what}: timed out")
+        if status == SY_ECLOSED:
+            raise ClosedError(f"{what}: the stream was closed, or a peer process died (see peers())")
+        _describe(status, what)
+
+    def _encode(self, item):
+        if self._pack is not None and not isinstance(item, (bytes, bytearray, memoryview, np.ndarray)):
+            try:
+                return self._pack(item)
+            except struct.error as exc:
+                raise ValueError(f"item {item!r} does not fit dtype {self.dtype}: {exc}") from None
+        if self.dtype is None:
+            data = bytes(item) if not isinstance(item, (bytes, bytearray)) else item
+            if len(data) > self.item_size:
+                raise ValueError(f"item is {len(data)} bytes; this ring's items are at most "
+                                 f"item_size={self.item_size} bytes")
+            return bytes(data).ljust(self.item_size, b"\0")
+        try:
+            value = np.asarray(item, dtype=self.dtype)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"item {item!r} does not convert to dtype {self.dtype}: {exc}") from None
+        if value.shape != ():
+            raise ValueError(f"publish takes one item (shape ()); got shape {value.shape}: use publish_batch")
+        return value.tobytes()
+
+    def _as_batch(self, items) -> np.ndarray:
+        if self.dtype is None:
+            array = np.asarray(items)
+            if array.dtype != np.uint8 or array.ndim != 2 or array.shape[1] != self.item_size:
+                raise ValueError(f"a batch of raw items must be a uint8 array of shape (n, "
+                                 f"{self.item_size}); got {array.dtype} {array.shape}")
+            return np.ascontiguousarray(array)
+        if not isinstance(items, np.ndarray):
+            raise TypeError(f"items must be a NumPy array of dtype {self.dtype}; got {type(items).__name__}")
+        if items.dtype != self.dtype:
+            raise TypeError(f"items must have dtype {self.dtype}; got {items.dtype} "
+                            f"(convert explicitly with .astype)")
+        if items.ndim != 1:
+            raise ValueError(f"items must be 1-D (one item per element); got shape {items.shape}")
+        return np.ascontiguousarray(items)
+
+
+class Consumer:
+    """One reader of the ring: sees every item once, in order. Use it from one thread at a time."""
+
+    def __init__(self, ring: RingBuffer, after: list[int]):
+        self._ring = ring
+        out = ffi.new("sy_ring_consumer **")
+        after_c = ffi.new("int[]", after) if after else ffi.NULL
+        status = lib.sy_ring_consumer_open(ring._handle, after_c, len(after), out)
+        if status == SY_EINVAL:
+            raise ValueError(f"after={after}: every index must name a live consumer of this ring, and a "
+                             f"ring has at most {MAX_CONSUMERS} consumers")
+        _describe(status, "opening a consumer")
+        # The C handle holds a reference on the mapping, so finalisers may run in any order.
+        self._handle = ffi.gc(out[0], lib.sy_ring_consumer_close)
+        self.index = int(lib.sy_ring_consumer_index(out[0]))
+        self.after = list(after)
+        self._n = ffi.new("int64_t *")
+        self._hi = ffi.new("int64_t *")
+        self._closed = False
+        self._ahead: list = []  # taken by get() ahead of time, last item first
+        if ring._unpack is not None:
+            self._ahead_array = np.empty(READ_AHEAD, dtype=ring.dtype)
+            self._ahead_buf = memoryview(self._ahead_array).cast("B")
+            self._ahead_ptr = ffi.from_buffer(self._ahead_array)
+
+    @property
+    def sequence(self) -> int:
+        """The last sequence this consumer released (-1 before the first)."""
+        self._check_open()
+        return int(lib.sy_ring_consumer_sequence(self._handle))
+
+    def get(self, timeout: float | None = None):
+        """The next item: a Python scalar for plain numeric dtypes, a NumPy record (copy) for
+        structured ones, bytes for raw items. queue.Empty if nothing arrives in time.
+
+        For plain numeric dtypes, when no other consumer runs after this one, get() takes every
+        ready item (up to READ_AHEAD) in one C call and hands them out one by one: `sequence`
+        then runs ahead of what get() has returned. With consumers after it, it takes one at a
+        time, so they never see an item before get() has returned it here.
+        """
+        ahead = self._ahead
+        if ahead:
+            return ahead.pop()
+        t = -1 if timeout is None else _timeout_ns(timeout)
+        if self._closed or self._ring._closed:
+            self._check_open()
+        ring = self._ring
+        if ring._unpack is not None:
+            status = _read_ahead(self._handle, self._ahead_ptr, READ_AHEAD, t, self._n)
+            if status:
+                ring._raise(status, "waiting for an item", queue.Empty)
+            n = self._n[0]
+            if n == 1:
+                return ring._unpack(self._ahead_buf)[0]
+            items = self._ahead_array[:n].tolist()
+            items.reverse()
+            self._ahead = items
+            return items.pop()
+        item = bytearray(ring.item_size)  # per call: the caller keeps what get() returns
+        status = _read_one(self._handle, ffi.from_buffer(item), t)
+        if status:
+            ring._raise(status, "waiting for an item", queue.Empty)
+        if ring.dtype is None:
+            return bytes(item)
+        return np.frombuffer(item, dtype=ring.dtype)[0]
+
+    def _take_ahead(self, max_n: int) -> np.ndarray:
+        """Items get() took but has not handed out yet, in order, as an array (a copy)."""
+        k = min(len(self._ahead), max_n)
+        taken = self._ahead[-k:]
+        del self._ahead[-k:]
+        taken.reverse()
+        return np.array(taken, dtype=self._ring._slots.dtype)
+
+    def get_batch(self, max_n: int, timeout: float | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """Up to max_n items that are ready (at least one): a copy, yours to keep.
+
+        Waits only for the first item; returns at once with whatever else is already published.
+        Without `out`, the array is sized to what is ready (not to max_n); with `out` (a
+        contiguous array of the ring's dtype and at least max_n items) the items land there and
+        `out[:n]` comes back, with no allocation.
+        """
+        t = -1 if timeout is None else _timeout_ns(timeout)
+        if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
+            raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
+        max_n = int(max_n)
+        self._check_open()
+        if self._ahead:
+            return self._take_ahead(max_n)
+        ring = self._ring
+        if out is not None:
+            if not isinstance(out, np.ndarray) or out.dtype != ring._slots.dtype \
+                    or out.shape[1:] != ring._row_shape or not out.flags.c_contiguous \
+                    or not out.flags.writeable or len(out) < max_n:
+                raise ValueError(f"out must be a writeable contiguous array of dtype {ring._slots.dtype}, "
+                                 f"item shape {ring._row_shape} and at least max_n={max_n} items")
+            status = lib.sy_ring_read(self._handle, ffi.from_buffer(out), max_n, t, self._n)
+            if status:
+                ring._raise(status, "waiting for a batch", queue.Empty)
+            return out[:self._n[0]]
+        status = lib.sy_ring_wait_for(self._handle, t, self._hi)
+        if status:
+            ring._raise(status, "waiting for a batch", queue.Empty)
+        n = min(self._hi[0] - self.sequence, max_n)
+        batch = np.empty((n, *ring._row_shape), dtype=ring._slots.dtype)
+        status = lib.sy_ring_read(self._handle, ffi.from_buffer(batch), n, 0, self._n)
+        if status:  # the n items were ready a moment ago and only we consume them
+            ring._raise(status, "reading a batch", queue.Empty)
+        return batch
+
+    @contextlib.contextmanager
+    def view_batch(self, max_n: int, timeout: float | None = None) -> Iterator[np.ndarray]:
+        """`with c.view_batch(n) as items:` a read-only zero-copy view of up to n ready items.
+
+        The view aliases ring slots: it is valid only inside the block; the slots are released to
+        the producers when the block exits, after which they are overwritten. Copy what you keep.
+        A batch never wraps around the ring's end, so it may be shorter than what is ready.
+        """
+        t = _timeout_ns(timeout)
+        if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
+            raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
+        self._check_open()
+        if self._ahead:  # what get() already took comes first (already released: a copy)
+            taken = self._take_ahead(int(max_n))
+            taken.flags.writeable = False
+            yield taken
+            return
+        ring = self._ring
+        status = lib.sy_ring_wait_for(self._handle, t, self._hi)
+        if status:
+            ring._raise(status, "waiting for a batch", queue.Empty)
+        lo = lib.sy_ring_consumer_sequence(self._handle) + 1
+        start = lo & (ring.capacity - 1)
+        n = min(self._hi[0] - lo + 1, int(max_n), ring.capacity - start)
+        view = ring._slots[start:start + n]
+        view.flags.writeable = False
+        try:
+            yield view
+        finally:
+            lib.sy_ring_release(self._handle, lo + n - 1)
+
+    def __iter__(self) -> Iterator:
+        """Items until the stream is closed and drained."""
+        while True:
+            try:
+                yield self.get()
+            except ClosedError:
+                return
+
+    def close(self) -> None:
+        """Leave the ring; consumers that run after this one must be closed first."""
+        if self._closed:
+            return
+        status = lib.sy_ring_consumer_close(self._handle)
+        if status == SY_EINVAL:
+            raise ValueError(f"consumer {self.index} still has consumers running after it: close them first")
+        _describe(status, "closing a consumer")
+        ffi.gc(self._handle, None)
+        self._closed = True
+
+    def _close_or_detach(self) -> None:
+        """Close; or, when other consumers (of other processes) run after this one, detach: stay
+        registered with the sequence frozen so they drain up to it, and stop being liveness-checked."""
+        try:
+            self.close()
+        except ValueError:
+            ffi.gc(self._handle, None)
+            lib.sy_ring_consumer_detach(self._handle)
+            self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed or self._ring._closed:
+            raise ClosedError("this consumer (or its ring) was closed")
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Consumer(index={self.index}, after={self.after})"
+
+
+def _item_layout(dtype, item_size) -> tuple[np.dtype | None, int]:
+    if (dtype is None) == (item_size is None):
+        raise ValueError("give exactly one of dtype= (a NumPy dtype) or item_size= (bytes per raw item)")
+    if dtype is not None:
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as exc:
+            raise TypeError(f"dtype {dtype!r} is not a NumPy dtype: {exc}") from None
+        if dtype.hasobject:
+            raise TypeError(f"dtype {dtype} holds Python objects; a ring holds plain bytes")
+        if dtype.itemsize < 1:
+            raise ValueError(f"dtype {dtype} has itemsize 0; items need at least one byte")
+        return dtype, dtype.itemsize
+    if isinstance(item_size, bool) or not isinstance(item_size, (int, np.integer)):
+        raise TypeError(f"item_size must be an int; got {type(item_size).__name__}")
+    if not 1 <= item_size <= 1 << 30:
+        raise ValueError(f"item_size must be in [1, 2**30] bytes; got {item_size}")
+    return None, int(item_size)
+
+
+def _scalar_codec(dtype):
+    """struct pack/unpack for plain numeric dtypes: ~10x cheaper per item than NumPy scalars."""
+    if dtype is None or dtype.fields is not None or dtype.shape or dtype.kind not in "biuf":
+        return None, None
+    if dtype.kind == "f" and dtype.itemsize == 2:
+        fmt = "e"
+    else:
+        fmt = {("b", 1): "?", ("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q",
+               ("u", 1): "B", ("u", 2): "H", ("u", 4): "I", ("u", 8): "Q",
+               ("f", 4): "f", ("f", 8): "d"}.get((dtype.kind, dtype.itemsize))
+    if fmt is None:
+        return None, None
+    big = dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
+    order = ">" if big else "<"
+    codec = struct.Struct(order + fmt)
+    return codec.pack, codec.unpack_from
+
+
+# The DSL lives in its own module (sympathy/disruptor.py) but belongs to this subject: re-exported
+# here, after everything it imports from this module exists, so one import line registers both.
+from .disruptor import Disruptor, EventHandlerGroup  # noqa: E402
+
+__all__ += ["Disruptor", "EventHandlerGroup"]
