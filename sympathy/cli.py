@@ -163,9 +163,15 @@ def cmd_cachegrind(args: argparse.Namespace) -> int:
 
 # ---- build-cuda -----------------------------------------------------------------------------------
 def cmd_build_cuda(args: argparse.Namespace) -> int:
+    from ._errors import NotSupportedError
     from .attention import cuda
 
-    for path in cuda.build_all(archs=args.arch, force=args.force):
+    try:
+        paths = cuda.build_all(archs=args.arch, force=args.force)
+    except NotSupportedError as exc:   # no nvcc, no GPU, no torch: one line, not a traceback
+        _console().print(f"sympathy build-cuda: {exc}")
+        return 1
+    for path in paths:
         _console().print(f"built {path}")
     return 0
 

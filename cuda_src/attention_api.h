@@ -1,0 +1,49 @@
+/* The extern "C" launch API of the CUDA attention kernels (loaded by sympathy/attention/cuda.py).
+ *
+ * One parameter block describes a forward pass; each kernel family has one launch function that
+ * checks what the Python layer cannot (head dim, dtype support, launch limits), enqueues its
+ * kernels on the caller's stream and returns a status: 0, a negative sy_status (platform.h), or a
+ * positive cudaError_t that sy_attn_error_string() names. Nothing here exits the process.
+ *
+ * Layouts: q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d), any strides in elements whose last dimension
+ * is 1; o (B, Hq, Nq, d) with its own strides; lse (B, Hq, Nq) float32 contiguous. Query head h
+ * reads key/value head h / (Hq / Hkv) (GQA). Causal masking is top-left aligned (torch's SDPA):
+ * query row i sees keys 0..i.
+ */
+#ifndef SY_ATTENTION_API_H
+#define SY_ATTENTION_API_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CDEF BEGIN */
+enum sy_attn_dtype { SY_ATTN_F32 = 0, SY_ATTN_F16 = 1, SY_ATTN_BF16 = 2 };
+
+typedef struct sy_attn_params {
+    const void *q, *k, *v;          /* device pointers, element type `dtype` */
+    void *o;                        /* output, element type `dtype` */
+    float *lse;                     /* (B, Hq, Nq) natural-log log-sum-exp of each scaled score row */
+    const float *mask;              /* additive float mask (B, Hq, Nq, Nk) by strides, or NULL (naive only) */
+    float *workspace;               /* naive only: B*Hq*Nq*Nk floats for S, then P */
+    int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];   /* batch, head, row */
+    int64_t mask_strides[4];        /* batch, head, row, col; 0 broadcasts */
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+    float scale;                    /* multiplies q . k */
+    int is_causal;                  /* top-left aligned */
+    int dtype;                      /* enum sy_attn_dtype */
+} sy_attn_params;
+
+int sy_attn_naive_fwd(const sy_attn_params *params, void *stream);
+int sy_attn_tiled_fwd(const sy_attn_params *params, void *stream);
+int sy_attn_mma_fwd(const sy_attn_params *params, void *stream);
+const char *sy_attn_error_string(int status);
+/* CDEF END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SY_ATTENTION_API_H */

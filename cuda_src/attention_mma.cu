@@ -1,0 +1,352 @@
+// `mma`: FlashAttention-2 class forward attention on tensor cores (fp16/bf16 in, fp32 accumulate).
+//
+// Hardware fact exploited: mma.sync m16n8k16 runs on the tensor cores, an order of magnitude above
+// the FP32 FMA rate, so the kernel keeps them fed: K/V tiles arrive by cp.async while the previous
+// tile is computed on, ldmatrix moves operands from a swizzled (bank-conflict-free) shared memory,
+// and P never leaves the registers (the accumulator layout of S = Q K^T is exactly the A-operand
+// layout of P V).
+//
+// Grid: (query blocks, query heads, batch). Block: kNWarps warps, each owning kMAtoms x 16 rows.
+#include "attention_common.cuh"
+#include "kernel_traits.cuh"
+#include "softmax.cuh"
+
+namespace sy_attn {
+namespace {
+
+// ---- PTX wrappers ---------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1 (.cg); src_bytes = 0 zero-fills (rows past the end).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// D += A (16x16, row) * B (16x8, col); fp32 accumulate.
+template <typename T> struct MmaOp;
+template <> struct MmaOp<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+};
+template <> struct MmaOp<__half> {
+    static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+};
+
+// Issue the cp.async copies of rows [row0, row0 + kRows) of a (N, d) head slice into a swizzled
+// shared tile; rows at or past n_rows are zero-filled (their scores are masked, their values unused).
+// Thread t copies chunk t % kChunks of rows t / kChunks + i * kRowsPerPass: consecutive threads read
+// consecutive 16 bytes of a row, and since kRowsPerPass is a multiple of 8 a thread's rows share
+// row % 8, so its swizzled destination is one base plus a constant per pass (no address registers).
+template <class Tr, int kRows, typename T>
+__device__ __forceinline__ void load_tile_async(uint32_t sTile_addr, const T *gHead, int64_t row_stride, int row0,
+                                                int n_rows) {
+    constexpr int kRowsPerPass = Tr::kNThreads / Tr::kChunks;
+    static_assert(kRowsPerPass % Tr::kSwizzleRows == 0 && kRows % kRowsPerPass == 0, "see above");
+    const int row = threadIdx.x / Tr::kChunks, chunk = threadIdx.x % Tr::kChunks;
+    const uint32_t dst = sTile_addr + row * Tr::kHeadDim * 2 + ((chunk ^ (row % Tr::kSwizzleRows)) << 4);
+    const T *src = gHead + (row0 + row) * row_stride + chunk * 8;
+#pragma unroll
+    for (int i = 0; i < kRows / kRowsPerPass; ++i) {
+        const bool inside = row0 + row + i * kRowsPerPass < n_rows;
+        cp_async_16(dst + i * kRowsPerPass * Tr::kHeadDim * 2, inside ? src + i * kRowsPerPass * row_stride : gHead,
+                    inside ? 16 : 0);
+    }
+}
+
+// ldmatrix addressing without per-step address registers. A lane reads logical chunk 2k + b
+// (b = 0 or 1, fixed per lane; k a compile-time step) of a row whose index is r modulo 8. Its
+// physical chunk is (2k + b) ^ r = 2k ^ (b ^ r) within the 128-byte line, so the lane computes
+// once lane_addr = row start + ((b ^ r) << 4), and each step is lane_addr ^ ((2k & 7) << 4) plus
+// the whole lines (2k >> 3) * 128: one LOP3 with an immediate. Exact because tiles, stages and rows
+// all start 128-byte aligned (row strides are 128 or 256 bytes), so the XOR touches only bits 4-6.
+template <class Tr>
+__device__ __forceinline__ uint32_t lane_chunk_addr(uint32_t tile_addr, int row, int b) {
+    return tile_addr + row * Tr::kHeadDim * 2 + ((b ^ (row % Tr::kSwizzleRows)) << 4);
+}
+__device__ __forceinline__ uint32_t step_addr(uint32_t lane_addr, int even_chunk) {
+    return (lane_addr ^ ((even_chunk & 7) << 4)) + ((even_chunk >> 3) << 7);
+}
+
+template <class Tr, typename T, bool kCausal>
+__global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
+mma_fwd_kernel(const sy_attn_params p) {
+    using Mma = MmaOp<T>;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T *sQ = reinterpret_cast<T *>(smem_raw);                   // [kBlockM][kHeadDim], swizzled
+    T *sK = sQ + Tr::kSmemQ;                                    // [kStages][kBlockN][kHeadDim]
+    T *sV = sK + Tr::kStages * Tr::kSmemKV;                     // [kStages][kBlockN][kHeadDim]
+
+    // Causal: the last query blocks do the most key blocks; launching them first keeps the tail of
+    // the grid made of short blocks, so SMs finish together.
+    const int m_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int h_kv = h / (p.heads_q / p.heads_kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int m0 = m_block * Tr::kBlockM;
+    const int warp_row0 = warp * Tr::kRowsPerWarp;
+
+    const T *gQ = head_base(static_cast<const T *>(p.q), p.q_strides, b, h);
+    const T *gK = head_base(static_cast<const T *>(p.k), p.k_strides, b, h_kv);
+    const T *gV = head_base(static_cast<const T *>(p.v), p.v_strides, b, h_kv);
+
+    // Key blocks this query block needs: all of them, or (causal) those up to its last row's
+    // diagonal. Blocks below n_unmasked need no mask at all: every key exists and (causal) lies at
+    // or left of the diagonal of the block's first row.
+    const int last_row = min(m0 + Tr::kBlockM, p.seqlen_q) - 1;
+    int n_total = ceil_div(p.seqlen_k, Tr::kBlockN);
+    int n_unmasked = p.seqlen_k / Tr::kBlockN;
+    if (kCausal) {
+        n_total = min(n_total, last_row / Tr::kBlockN + 1);
+        n_unmasked = min(n_unmasked, (m0 + 1) / Tr::kBlockN);
+    }
+
+    // ---- prologue: Q, then the first kStages - 1 K/V tiles, each its own cp.async group
+    load_tile_async<Tr, Tr::kBlockM>(smem_addr(sQ), gQ, p.q_strides[2], m0, p.seqlen_q);
+    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < Tr::kStages - 1; ++s) {
+        if (s < n_total) {
+            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK + s * Tr::kSmemKV), gK, p.k_strides[2], s * Tr::kBlockN, p.seqlen_k);
+            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sV + s * Tr::kSmemKV), gV, p.v_strides[2], s * Tr::kBlockN, p.seqlen_k);
+        }
+        cp_async_commit();   // empty groups keep the group count per tile uniform
+    }
+
+    // Q (A operand): ldmatrix matrices 0..3 = (rows 0-7, 8-15) x (chunk 2kk, 2kk+1): lane l
+    // addresses row l % 16 of its m16 block, chunk 2kk + l / 16.
+    const uint32_t sQ_lane = lane_chunk_addr<Tr>(smem_addr(sQ), warp_row0 + lane % 16, lane / 16);
+    auto load_q_frag = [&](uint32_t(&a)[4], int ma, int kk) {
+        ldmatrix_x4(a, step_addr(sQ_lane, 2 * kk) + ma * 16 * Tr::kHeadDim * 2);
+    };
+    // K (B operand of Q K^T, two n8 tiles per ldmatrix): matrices (keys 0-7, 8-15 of a 16-key pair)
+    // x (chunk 2kk, 2kk+1) in the order b0, b1 of tile 0, b0, b1 of tile 1.
+    const uint32_t sK_lane = lane_chunk_addr<Tr>(smem_addr(sK), (lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
+    // V (B operand of P V, transposed): matrices (keys 0-7, 8-15) x (chunk 2dp, 2dp+1).
+    const uint32_t sV_lane = lane_chunk_addr<Tr>(smem_addr(sV), lane % 16, lane / 16);
+    constexpr int kStageBytes = Tr::kSmemKV * 2;
+
+    uint32_t rQ[Tr::kQInRegs ? Tr::kMAtoms : 1][Tr::kQInRegs ? Tr::kKStepsQK : 1][4];
+    if constexpr (Tr::kQInRegs) {
+        cp_async_wait<Tr::kStages - 1>();   // the Q group only
+        __syncthreads();
+#pragma unroll
+        for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+#pragma unroll
+            for (int kk = 0; kk < Tr::kKStepsQK; ++kk) load_q_frag(rQ[ma][kk], ma, kk);
+    }
+
+    float acc[Tr::kMAtoms][Tr::kNTilesO][4];   // O rows of this warp, m16n8 accumulator fragments
+#pragma unroll
+    for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTilesO; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[ma][nt][c] = 0.f;
+    OnlineSoftmaxFragment<Tr::kMAtoms> softmax;
+    const float scale_log2 = p.scale * kLog2e;
+
+    // One key block: wait for its tile, prefetch the tile kStages - 1 ahead into the stage freed by
+    // the previous block, S = Q K^T, mask (if kMask), online softmax, acc += P V.
+    auto key_block = [&](int j, auto mask_tag) {
+        constexpr bool kMask = decltype(mask_tag)::value;
+        cp_async_wait<Tr::kStages - 2>();   // tile j has landed (later tiles may be in flight)
+        __syncthreads();                     // ... for every thread's copies, and stage (j-1) is free
+        {
+            const int jn = j + Tr::kStages - 1;
+            const int stage = jn % Tr::kStages;
+            if (jn < n_total) {
+                load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK + stage * Tr::kSmemKV), gK, p.k_strides[2], jn * Tr::kBlockN, p.seqlen_k);
+                load_tile_async<Tr, Tr::kBlockN>(smem_addr(sV + stage * Tr::kSmemKV), gV, p.v_strides[2], jn * Tr::kBlockN, p.seqlen_k);
+            }
+            cp_async_commit();
+        }
+        const uint32_t sKj_lane = sK_lane + (j % Tr::kStages) * kStageBytes;   // tile j: [kBlockN][kHeadDim]
+        const uint32_t sVj_lane = sV_lane + (j % Tr::kStages) * kStageBytes;
+
+        // S = Q K^T: [kMAtoms][kNTilesS] m16n8 fragments of this warp's rows x the block's keys.
+        float rS[Tr::kMAtoms][Tr::kNTilesS][4];
+#pragma unroll
+        for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTilesS; ++nt)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) rS[ma][nt][c] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKStepsQK; ++kk) {
+            uint32_t a[Tr::kMAtoms][4];
+#pragma unroll
+            for (int ma = 0; ma < Tr::kMAtoms; ++ma) {
+                if constexpr (Tr::kQInRegs) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) a[ma][c] = rQ[ma][kk][c];
+                } else {
+                    load_q_frag(a[ma], ma, kk);
+                }
+            }
+#pragma unroll
+            for (int np = 0; np < Tr::kNTilesS / 2; ++np) {
+                uint32_t bK[4];   // b0, b1 of n8 tiles 2np and 2np + 1
+                ldmatrix_x4(bK, step_addr(sKj_lane, 2 * kk) + np * 16 * Tr::kHeadDim * 2);
+#pragma unroll
+                for (int ma = 0; ma < Tr::kMAtoms; ++ma) {
+                    Mma::run(rS[ma][2 * np], a[ma], bK[0], bK[1]);
+                    Mma::run(rS[ma][2 * np + 1], a[ma], bK[2], bK[3]);
+                }
+            }
+        }
+
+        if constexpr (kMask) {
+            // Thread (lane) holds rows lane/4 (+8) and columns 2 (lane%4) (+1) of every n8 tile; a
+            // row keeps keys below min(seqlen_k, row + 1 if causal), so one bound per row suffices.
+            const int col0 = j * Tr::kBlockN + (lane % 4) * 2;
+#pragma unroll
+            for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int row = m0 + warp_row0 + ma * 16 + lane / 4 + half * 8;
+                    const int limit = (kCausal ? min(p.seqlen_k, row + 1) : p.seqlen_k) - col0;
+#pragma unroll
+                    for (int nt = 0; nt < Tr::kNTilesS; ++nt)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c)
+                            if (nt * 8 + c >= limit) rS[ma][nt][2 * half + c] = -INFINITY;
+                }
+        }
+
+        softmax.template rescale<Tr::kSkipUnitAlpha>(rS, acc, scale_log2);
+
+        // P to 16 bits, all at once: rS (fp32) dies here, so the P V loop below holds half the
+        // registers. P's A fragment for k16 step kk is S tiles 2kk and 2kk+1: (row g, keys 2t..) =
+        // tile 2kk regs 0,1; (row g+8) = regs 2,3; keys +8 = tile 2kk+1. No shuffle, no smem.
+        uint32_t rP[Tr::kMAtoms][Tr::kKStepsPV][4];
+#pragma unroll
+        for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+#pragma unroll
+            for (int kk = 0; kk < Tr::kKStepsPV; ++kk) {
+                rP[ma][kk][0] = Mma::pack(rS[ma][2 * kk][0], rS[ma][2 * kk][1]);
+                rP[ma][kk][1] = Mma::pack(rS[ma][2 * kk][2], rS[ma][2 * kk][3]);
+                rP[ma][kk][2] = Mma::pack(rS[ma][2 * kk + 1][0], rS[ma][2 * kk + 1][1]);
+                rP[ma][kk][3] = Mma::pack(rS[ma][2 * kk + 1][2], rS[ma][2 * kk + 1][3]);
+            }
+
+        // acc += P V
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKStepsPV; ++kk) {
+#pragma unroll
+            for (int dp = 0; dp < Tr::kNTilesO / 2; ++dp) {
+                uint32_t bV[4];   // b0, b1 of d n8 tiles 2dp and 2dp + 1
+                ldmatrix_x4_trans(bV, step_addr(sVj_lane, 2 * dp) + kk * 16 * Tr::kHeadDim * 2);
+#pragma unroll
+                for (int ma = 0; ma < Tr::kMAtoms; ++ma) {
+                    Mma::run(acc[ma][2 * dp], rP[ma][kk], bV[0], bV[1]);
+                    Mma::run(acc[ma][2 * dp + 1], rP[ma][kk], bV[2], bV[3]);
+                }
+            }
+        }
+    };
+
+    // Masked and unmasked key blocks run as two loops: the mask costs a compare and a select per
+    // score plus the index registers, and only the diagonal blocks (causal) and the ragged last
+    // block (N % kBlockN) need it: at N = 4096 that is 2 of up to 64 blocks per query block.
+    int j = 0;
+    for (; j < n_unmasked; ++j) key_block(j, std::integral_constant<bool, false>{});
+    for (; j < n_total; ++j) key_block(j, std::integral_constant<bool, true>{});
+    cp_async_wait<0>();   // no copy may still target shared memory when the block exits
+
+    float lse[2 * Tr::kMAtoms];
+    softmax.finalize(acc, p.scale, lse);
+
+    // Epilogue: rows at or past seqlen_q were computed on zero-filled Q and are not stored.
+    T *gO = head_base(static_cast<T *>(p.o), p.o_strides, b, h);
+    float *gLse = p.lse + (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q;
+#pragma unroll
+    for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = m0 + warp_row0 + ma * 16 + lane / 4 + half * 8;
+            if (row >= p.seqlen_q) continue;
+            T *gRow = gO + row * p.o_strides[2];
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+                const uint32_t packed = Mma::pack(acc[ma][nt][2 * half], acc[ma][nt][2 * half + 1]);
+                *reinterpret_cast<uint32_t *>(gRow + nt * 8 + (lane % 4) * 2) = packed;
+            }
+            if (lane % 4 == 0) gLse[row] = lse[2 * ma + half];
+        }
+}
+
+template <class Tr, typename T, bool kCausal>
+int launch(const sy_attn_params &p, cudaStream_t stream) {
+    auto kernel = mma_fwd_kernel<Tr, T, kCausal>;
+    // Above 48 KiB a block's dynamic shared memory must be opted into, per kernel.
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    if (err != cudaSuccess) return static_cast<int>(err);
+    dim3 grid(ceil_div(p.seqlen_q, Tr::kBlockM), p.heads_q, p.batch);
+    kernel<<<grid, Tr::kNThreads, Tr::kSmemBytes, stream>>>(p);
+    return launch_status();
+}
+
+template <class Tr, typename T>
+int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
+    return p.is_causal ? launch<Tr, T, true>(p, stream) : launch<Tr, T, false>(p, stream);
+}
+
+template <typename T>
+int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
+    if (p.head_dim == 64) return launch_causal<MmaTraitsD64, T>(p, stream);
+    return p.is_causal ? launch<MmaTraitsD128Causal, T, true>(p, stream) : launch<MmaTraitsD128, T, false>(p, stream);
+}
+
+// 16-byte cp.async needs every row start 16-byte aligned: base pointers and row/head/batch strides.
+bool aligned16(const void *ptr, const int64_t strides[3]) {
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+    for (int i = 0; i < 3; ++i)
+        if (strides[i] % 8 != 0) return false;
+    return true;
+}
+
+}  // namespace
+}  // namespace sy_attn
+
+extern "C" int sy_attn_mma_fwd(const sy_attn_params *params, void *stream) {
+    using namespace sy_attn;
+    int status = check_params(params);
+    if (status != kOk) return status;
+    const sy_attn_params &p = *params;
+    if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
+    if (p.dtype == SY_ATTN_F32 || p.mask != nullptr) return kUnsupported;
+    if (!aligned16(p.q, p.q_strides) || !aligned16(p.k, p.k_strides) || !aligned16(p.v, p.v_strides))
+        return kInvalid;
+    if (reinterpret_cast<uintptr_t>(p.o) % 4 != 0 || p.o_strides[2] % 2 != 0) return kInvalid;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    return p.dtype == SY_ATTN_BF16 ? launch_dtype<__nv_bfloat16>(p, s) : launch_dtype<__half>(p, s);
+}

@@ -1,0 +1,120 @@
+// Every tile size of the attention kernels, in one place, each with the reason it has its value.
+#pragma once
+
+namespace sy_attn {
+
+// ---- naive: three kernels, S and P materialised in HBM ---------------------------------------------
+struct NaiveTraits {
+    // 16 x 16 output tiles per block of 16 x 16 threads: the textbook shared-memory GEMM; the point of
+    // this rung is the N x N traffic, not the GEMM.
+    static constexpr int kTile = 16;
+    // One block of 256 threads per softmax row: enough loads in flight to stream a row of up to
+    // 16384 floats at bandwidth with three passes (max, sum, write).
+    static constexpr int kSoftmaxThreads = 256;
+};
+
+// ---- tiled: one fused kernel, fp32 math, one query row per thread ----------------------------------
+template <int kHeadDim_>
+struct TiledTraits {
+    static constexpr int kHeadDim = kHeadDim_;
+    // 64 query rows per block, one per thread: each thread keeps acc[kHeadDim] in registers
+    // (128 floats at d = 128), so more rows per thread would spill.
+    static constexpr int kBlockM = 64;
+    // 32 keys per shared-memory tile: the 32 scores of a tile stay in registers next to acc, and a
+    // tile of K and V in fp32 is 2 * 32 * 128 * 4 = 32 KiB at d = 128.
+    static constexpr int kBlockN = 32;
+    // sQ rows are padded by one float: each thread reads its own row, and a row stride of
+    // kHeadDim + 1 words puts the 32 rows of a warp in 32 different banks.
+    static constexpr int kQRowStride = kHeadDim + 1;
+    static constexpr int kThreads = kBlockM;
+    // sQ, sK, sV, and sP: each row's probabilities of the current tile, so the P V loop can run over
+    // keys without unrolling (registers cannot be indexed by a rolled loop).
+    static constexpr int kSmemBytes = (kBlockM * kQRowStride + 2 * kBlockN * kHeadDim + kBlockN * kBlockM) * 4;
+    static_assert(kHeadDim % 4 == 0 && kHeadDim <= 128, "acc[kHeadDim] must fit in registers");
+    static_assert(kSmemBytes <= 227 * 1024, "sm_80/sm_90 give a block at most 227 KiB of shared memory");
+};
+
+// ---- mma: FlashAttention-2 class, tensor cores --------------------------------------------------------
+// A block owns kBlockM query rows of one (batch, head) and walks the keys kBlockN at a time. Each of
+// kNWarps warps owns kBlockM / kNWarps rows = kMAtoms m16 row blocks; a warp computes its S = Q K^T
+// slice, does the online softmax on the accumulator fragments and multiplies P (still in registers)
+// by the shared V tile. Q, K and V live in shared memory with 16-byte chunks XOR-swizzled by row.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_, bool kQInRegs_, int kMinBlocksPerSm_,
+          bool kSkipUnitAlpha_ = false>
+struct MmaTraits {
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockM = kBlockM_;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kNWarps = kNWarps_;
+    static constexpr int kStages = kStages_;     // K/V tiles in flight: tile j+kStages-1 loads during tile j
+    static constexpr bool kQInRegs = kQInRegs_;  // Q fragments loaded once instead of every key block
+    static constexpr int kNThreads = 32 * kNWarps;
+    // __launch_bounds__ occupancy hint: the register cap is 65536 / (kNThreads * kMinBlocksPerSm).
+    static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+    // Skip acc *= alpha when a warp vote finds every alpha == 1 (softmax.cuh says when it pays).
+    static constexpr bool kSkipUnitAlpha = kSkipUnitAlpha_;
+
+    static constexpr int kRowsPerWarp = kBlockM / kNWarps;
+    static constexpr int kMAtoms = kRowsPerWarp / 16;    // m16n8k16: 16 rows per A fragment
+    static constexpr int kNTilesS = kBlockN / 8;         // n8 tiles of S per warp
+    static constexpr int kKStepsQK = kHeadDim / 16;      // k16 steps of Q K^T
+    static constexpr int kNTilesO = kHeadDim / 8;        // n8 tiles of O per warp
+    static constexpr int kKStepsPV = kBlockN / 16;       // k16 steps of P V
+
+    // Shared memory rows are kHeadDim 2-byte elements = kChunks 16-byte chunks (cp.async and
+    // ldmatrix both move 16 bytes per thread). Chunk c of row r is stored at c ^ (r & 7): an
+    // ldmatrix phase reads one logical chunk of 8 consecutive rows, which the XOR spreads over the
+    // 8 different 16-byte bank groups of a 128-byte line, so no phase has a bank conflict (the
+    // unswizzled layout, a 128- or 256-byte row stride, would be an 8-way conflict).
+    static constexpr int kChunks = kHeadDim / 8;
+    static constexpr int kSwizzleRows = 8;
+
+    static constexpr int kSmemQ = kBlockM * kHeadDim;    // elements
+    static constexpr int kSmemKV = kBlockN * kHeadDim;   // elements, one K or V tile
+    static constexpr int kSmemBytes = 2 * (kSmemQ + 2 * kStages * kSmemKV);
+
+    static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 are instantiated");
+    static_assert(kRowsPerWarp % 16 == 0 && kMAtoms >= 1, "a warp owns whole m16 row blocks");
+    static_assert(kBlockN % 16 == 0, "P V steps over k16 slices of the key block");
+    static_assert(kChunks % kSwizzleRows == 0, "the XOR swizzle permutes chunks within 128-byte lines");
+    static_assert((kBlockM * kChunks) % kNThreads == 0 && (kBlockN * kChunks) % kNThreads == 0,
+                  "every thread copies the same number of 16-byte chunks per tile");
+    static_assert(kStages >= 2, "one K/V tile must load while another is computed on");
+    static_assert(kSmemBytes <= 227 * 1024, "sm_80/sm_90 give a block at most 227 KiB of shared memory");
+    // Registers per thread: acc kMAtoms*kNTilesO*4 + S kMAtoms*kNTilesS*4 (+ Q kMAtoms*kKStepsQK*4
+    // when kept): under the 255 cap with room for addresses, or the kernel spills.
+    static_assert(kMAtoms * (kNTilesO + kNTilesS) * 4 + (kQInRegs ? kMAtoms * kKStepsQK * 4 : 0) <= 200,
+                  "fragments would not fit in 255 registers");
+};
+
+// The chosen tiles: the best of the sweep in docs/attention-gpu.md (H100, bf16, against SDPA flash),
+// registers and spills from ptxas -v for sm_90a. Both use 4 warps of 2 m16 row blocks (32 query rows
+// per warp): each K or V fragment that ldmatrix brings from shared memory feeds two mma, halving
+// shared-memory reads per mma against 16 rows per warp (64-row blocks measured 5-15% slower).
+//
+// d = 64: 128 x 64 tiles, Q kept in registers: acc 64 + S 64 + Q 32 registers, no spills.
+// 16 KiB Q + 2 stages x 2 x 8 KiB K/V = 48 KiB of shared memory; 2 blocks (8 warps) per SM by
+// registers. 128 x 128 tiles spill (S alone is 128 registers); 128 x 32 tiles are 8% slower.
+#ifndef SY_MMA_TRAITS_D64   // a definition before this header overrides, for the tile sweep only
+#define SY_MMA_TRAITS_D64 MmaTraits<64, 128, 64, 4, 2, true, 2>
+#endif
+using MmaTraitsD64 = SY_MMA_TRAITS_D64;
+// d = 128, causal: 128 x 64 tiles, Q re-read from shared memory each k16 step: acc alone is 128
+// registers and S 64. It measured 1-3% faster than 128 x 32 tiles (no spills, twice the block
+// iterations and barriers). Skipping unit-alpha rescales cut ptxas' spill from ~100 to ~50 bytes
+// per thread and measured 3-5% faster here (neutral for the 256-row tile, a loss for d = 64).
+// 32 KiB Q + 2 x 2 x 16 KiB K/V = 96 KiB.
+#ifndef SY_MMA_TRAITS_D128_CAUSAL
+#define SY_MMA_TRAITS_D128_CAUSAL MmaTraits<128, 128, 64, 4, 2, false, 2, true>
+#endif
+using MmaTraitsD128Causal = SY_MMA_TRAITS_D128_CAUSAL;
+// d = 128, not causal: the same warp tile, 8 warps: 256 query rows share every K/V tile, halving
+// the L2 -> shared traffic and cp.async work per row; 64 + 64 KiB of shared memory, one block of 8
+// warps per SM (as many warps as 2 x 4 at 255 registers). Measured 2-8% faster at N >= 4096 not
+// causal; causal it is 5-10% slower (256-row diagonal blocks leave more of the block idle).
+#ifndef SY_MMA_TRAITS_D128
+#define SY_MMA_TRAITS_D128 MmaTraits<128, 256, 64, 8, 2, false, 1>
+#endif
+using MmaTraitsD128 = SY_MMA_TRAITS_D128;
+
+}  // namespace sy_attn

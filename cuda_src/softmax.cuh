@@ -1,0 +1,145 @@
+// Online softmax as a named unit, shared by the `tiled` and `mma` kernels.
+//
+// Same names as the NumPy reference and the C kernel: per query row, m_i is the running maximum of
+// the raw scores seen so far, l_i the running sum of exp(scale * (s - m_i)), acc the running
+// un-normalised output. Each new block of scores is folded in by `rescale` (grow m_i, shrink l_i
+// and acc by exp(scale * (m_old - m_new)), turn the scores into probabilities) and the row is
+// closed by `finalize` (acc / l_i and the log-sum-exp). Exponentials are exp2 of pre-scaled scores:
+// one FFMA plus one MUFU.EX2 per score, since scale * log2(e) is folded into a single multiplier.
+//
+// The -inf guard: while every score a row has seen is masked, m_i is -inf and m_old - m_new is
+// -inf - (-inf) = NaN. Such a row subtracts 0 instead, so its masked scores give exp2(-inf) = 0 and
+// its (empty) acc and l_i stay 0; finalize then writes 0 and a log-sum-exp of -inf.
+#pragma once
+
+#include "attention_common.cuh"
+
+namespace sy_attn {
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The maximum in exp2 units that a row subtracts, with the -inf guard.
+__device__ __forceinline__ float scaled_max(float m, float scale_log2) {
+    return m == -INFINITY ? 0.f : m * scale_log2;
+}
+
+// ---- one row per thread (the `tiled` kernel) ------------------------------------------------------
+struct OnlineSoftmaxRow {
+    float m_i = -INFINITY;
+    float l_i = 0.f;
+
+    // Fold kCols new raw scores into the row; they become probabilities relative to the new m_i.
+    // Returns the factor the caller multiplies its acc by.
+    template <int kCols>
+    __device__ __forceinline__ float rescale(float (&s)[kCols], float scale_log2) {
+        float m_new = m_i;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) m_new = fmaxf(m_new, s[c]);
+        const float m_scaled = scaled_max(m_new, scale_log2);
+        const float alpha = fast_exp2(m_i * scale_log2 - m_scaled);   // m_i = -inf gives 0
+        l_i *= alpha;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            s[c] = fast_exp2(s[c] * scale_log2 - m_scaled);
+            l_i += s[c];
+        }
+        m_i = m_new;
+        return alpha;
+    }
+
+    // 1 / l_i (0 for a row that saw only masked scores) and its natural log-sum-exp.
+    __device__ __forceinline__ float finalize(float scale, float *lse) const {
+        if (l_i == 0.f) {
+            *lse = -INFINITY;
+            return 0.f;
+        }
+        *lse = m_i * scale + logf(l_i);
+        return 1.f / l_i;
+    }
+};
+
+// ---- tensor-core fragments (the `mma` kernel) -------------------------------------------------------
+// A warp holds kMAtoms blocks of 16 query rows; in the m16n8 accumulator layout a thread owns two
+// rows of each (lane/4 and lane/4 + 8), so it keeps 2 * kMAtoms (m_i, l_i) pairs. A row's columns
+// are spread over the 4 threads of a quad: maxima are reduced across the quad with two shuffles
+// every block, l_i stays a per-thread partial sum until finalize (one reduction per row in total).
+template <int kMAtoms>
+struct OnlineSoftmaxFragment {
+    static constexpr int kRows = 2 * kMAtoms;
+    float m_i[kRows];
+    float l_i[kRows];
+
+    __device__ __forceinline__ OnlineSoftmaxFragment() {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) { m_i[r] = -INFINITY; l_i[r] = 0.f; }
+    }
+
+    // rS: raw scores, [kMAtoms][kNTilesS][4] accumulator fragments; acc: [kMAtoms][kNTilesO][4].
+    // kSkipUnitAlpha: once a row's maximum settles (after the first few key blocks) alpha is exactly
+    // 1; skip acc's multiplies when it is 1 for every row of the warp (a vote, so the branch never
+    // diverges). It shortens register lifetimes (d = 128 spills less) but splits the basic block the
+    // scheduler interleaves exps and mma in, which cost d = 64 ~5 %: a per-tile choice.
+    template <bool kSkipUnitAlpha, int kNTilesS, int kNTilesO>
+    __device__ __forceinline__ void rescale(float (&rS)[kMAtoms][kNTilesS][4],
+                                            float (&acc)[kMAtoms][kNTilesO][4], float scale_log2) {
+#pragma unroll
+        for (int ma = 0; ma < kMAtoms; ++ma) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {   // rows lane/4 (regs 0,1) and lane/4 + 8 (regs 2,3)
+                const int r = 2 * ma + half;
+                float m_new = m_i[r];
+#pragma unroll
+                for (int nt = 0; nt < kNTilesS; ++nt)
+                    m_new = fmaxf(m_new, fmaxf(rS[ma][nt][2 * half], rS[ma][nt][2 * half + 1]));
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                const float m_scaled = scaled_max(m_new, scale_log2);
+                const float alpha = fast_exp2(m_i[r] * scale_log2 - m_scaled);
+                m_i[r] = m_new;
+                l_i[r] *= alpha;
+                if (!kSkipUnitAlpha || __any_sync(0xffffffffu, alpha != 1.f)) {
+#pragma unroll
+                    for (int nt = 0; nt < kNTilesO; ++nt) {
+                        acc[ma][nt][2 * half] *= alpha;
+                        acc[ma][nt][2 * half + 1] *= alpha;
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < kNTilesS; ++nt) {
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        float &s = rS[ma][nt][2 * half + c];
+                        s = fast_exp2(s * scale_log2 - m_scaled);
+                        l_i[r] += s;
+                    }
+                }
+            }
+        }
+    }
+
+    // Reduce l_i over the quad, scale acc by 1 / l_i, and give each row's natural log-sum-exp.
+    template <int kNTilesO>
+    __device__ __forceinline__ void finalize(float (&acc)[kMAtoms][kNTilesO][4], float scale,
+                                             float (&lse)[kRows]) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            float l = l_i[r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv_l = l == 0.f ? 0.f : 1.f / l;
+            lse[r] = l == 0.f ? -INFINITY : m_i[r] * scale + logf(l);
+            const int ma = r / 2, half = r % 2;
+#pragma unroll
+            for (int nt = 0; nt < kNTilesO; ++nt) {
+                acc[ma][nt][2 * half] *= inv_l;
+                acc[ma][nt][2 * half + 1] *= inv_l;
+            }
+        }
+    }
+};
+
+}  // namespace sy_attn

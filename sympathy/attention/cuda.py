@@ -1,0 +1,394 @@
+"""FlashAttention forward on the GPU: the CUDA kernels of cuda_src/ on torch tensors.
+
+    sy.attention.scaled_dot_product_attention(q, k, v, is_causal=True)          # torch SDPA semantics
+    out, lse = sy.attention.cuda.attention_with_lse(q, k, v, kernel="mma")      # + log-sum-exp
+    sy.attention.cuda.build_all(["sm_80", "sm_90a"])                             # ahead of time
+
+Three kernels, a ladder (cuda_src/attention_{naive,tiled,mma}.cu):
+    naive   S = QK^T, softmax and PV as three kernels, S and P in HBM (any head dim, attn_mask)
+    tiled   one fused fp32 kernel, K/V tiles in shared memory, online softmax (d in 16, 32, 64, 128)
+    mma     FlashAttention-2 class: tensor cores, ldmatrix, cp.async, P in registers (fp16/bf16, d 64/128)
+
+The sources are compiled by nvcc on first use into one shared library per GPU architecture, cached
+under $SYMPATHY_CACHE_DIR/cuda (default ~/.cache/sympathy/cuda, see config.py) by source hash, arch and nvcc
+version, and loaded with cffi's dlopen. Launches go on torch's current stream. torch is imported
+only when a function here is called: without it the rest of sympathy works.
+"""
+import hashlib
+import importlib.resources
+import math
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from .. import config
+from .._errors import NotSupportedError
+
+KERNELS = ("naive", "tiled", "mma")
+TILED_HEAD_DIMS = (16, 32, 64, 128)
+MMA_HEAD_DIMS = (64, 128)
+_DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # enum sy_attn_dtype
+# -O3 for host and device code; C++17 for `if constexpr`; -lineinfo so Nsight Compute and
+# compute-sanitizer can point at source lines (it changes no generated instruction).
+NVCC_FLAGS = ("-std=c++17", "-O3", "-lineinfo", "-Xcompiler", "-fPIC")
+
+_SY_EINVAL, _SY_EUNSUPPORTED = -1, -5
+
+
+# ---- sources, nvcc, cache ---------------------------------------------------------------------------
+def source_dir() -> Path:
+    """cuda_src/: inside an installed wheel (sympathy/cuda_src) or at the top of a checkout."""
+    try:
+        installed = Path(str(importlib.resources.files("sympathy.cuda_src")))
+        if (installed / "attention_api.h").is_file():
+            return installed
+    except (ModuleNotFoundError, TypeError):
+        pass
+    checkout = Path(__file__).resolve().parents[2] / "cuda_src"
+    if (checkout / "attention_api.h").is_file():
+        return checkout
+    raise FileNotFoundError("the CUDA sources (cuda_src/) are neither installed with sympathy nor in a checkout")
+
+
+def sources() -> List[Path]:
+    return sorted(source_dir().glob("*.cu"))
+
+
+def find_nvcc() -> str:
+    """The nvcc to build with ($SYMPATHY_NVCC, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin: config.py)."""
+    path = config.nvcc_path()
+    if path and os.access(path, os.X_OK):
+        return path
+    raise NotSupportedError("nvcc not found (CUDA toolkit): the CUDA attention kernels are compiled on first "
+                            "use; install the CUDA toolkit, or set CUDA_HOME or SYMPATHY_NVCC")
+
+
+def nvcc_version(nvcc: Optional[str] = None) -> str:
+    out = subprocess.run([nvcc or find_nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+    match = re.search(r"release [\d.]+, V[\d.]+", out)
+    return match.group(0) if match else out.strip().splitlines()[-1]
+
+
+def cache_dir() -> Path:
+    return config.cache_dir() / "cuda"
+
+
+def _check_arch(arch: str) -> str:
+    if not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
+        raise ValueError(f"arch must look like 'sm_80' or 'sm_90a'; got {arch!r}")
+    return arch
+
+
+def _gencode(arch: str) -> List[str]:
+    return ["-gencode", f"arch=compute_{arch[3:]},code={arch}"]
+
+
+def _source_key(arch: str, nvcc: str) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(source_dir().iterdir()):
+        if path.suffix in (".cu", ".cuh", ".h"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(" ".join((arch, nvcc_version(nvcc)) + NVCC_FLAGS).encode())
+    return digest.hexdigest()[:16]
+
+
+def compile_objects(archs: Sequence[str], outdir: Path, jobs: Optional[int] = None) -> List[Path]:
+    """Compile every .cu for every arch to an object file (`nvcc -c`), files in parallel.
+
+    Used by the build and by the CI test that keeps every kernel compiling for sm_80 and sm_90a.
+    A compile error raises RuntimeError with nvcc's message.
+    """
+    nvcc = find_nvcc()
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    work = [(src, _check_arch(arch)) for arch in archs for src in sources()]
+
+    def one(item: Tuple[Path, str]) -> Path:
+        src, arch = item
+        obj = outdir / f"{src.stem}.{arch}.o"
+        cmd = [nvcc, *NVCC_FLAGS, *_gencode(arch), "-c", str(src), "-o", str(obj)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"nvcc failed on {src.name} for {arch}:\n{done.stderr.strip()}")
+        return obj
+
+    with ThreadPoolExecutor(max_workers=jobs or max(1, os.cpu_count() or 1)) as pool:
+        return list(pool.map(one, work))
+
+
+def build(arch: str, force: bool = False) -> Path:
+    """The shared library of all kernels for one arch, from the cache or freshly compiled."""
+    nvcc = find_nvcc()
+    arch = _check_arch(arch)
+    target = cache_dir() / f"attention_{arch}_{_source_key(arch, nvcc)}.so"
+    if target.is_file() and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        objects = compile_objects([arch], Path(tmp))
+        partial = Path(tmp) / target.name
+        cmd = [nvcc, *_gencode(arch), "--shared", *map(str, objects), "-o", str(partial)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"nvcc failed to link {target.name}:\n{done.stderr.strip()}")
+        os.replace(partial, target)   # atomic: a concurrent loader sees the old file or the whole new one
+    return target
+
+
+def device_arch(device=None) -> str:
+    """The nvcc arch of a CUDA device: sm_90a on Hopper (its arch-specific features), else sm_XY."""
+    torch = _torch()
+    if not torch.cuda.is_available():
+        raise NotSupportedError("no CUDA GPU visible to torch (torch.cuda.is_available() is False)")
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}{'a' if (major, minor) == (9, 0) else ''}"
+
+
+def build_all(archs: Optional[Sequence[str]] = None, force: bool = False) -> List[Path]:
+    """Compile the kernels for each arch (default: this machine's GPU); the paths of the libraries."""
+    if not archs:
+        try:
+            archs = [device_arch()]
+        except NotSupportedError as exc:
+            raise NotSupportedError(f"{exc}; to build without a GPU name the architectures, "
+                                    "e.g. archs=['sm_80', 'sm_90a'] (sympathy build-cuda --arch sm_80 sm_90a)") from None
+    return [build(arch, force=force) for arch in archs]
+
+
+# ---- the loaded library ---------------------------------------------------------------------------------
+_ffi = None
+_libs: dict = {}
+_lock = threading.Lock()
+
+
+def _cdef() -> str:
+    header = (source_dir() / "attention_api.h").read_text()
+    match = re.search(r"/\* CDEF BEGIN \*/(.*)/\* CDEF END \*/", header, re.S)
+    if not match:
+        raise RuntimeError("attention_api.h has no CDEF block")
+    return re.sub(r"/\*.*?\*/", "", match.group(1), flags=re.S)
+
+
+def library(arch: str):
+    """(ffi, lib) for an arch: built if needed, dlopen'ed once per process."""
+    global _ffi
+    with _lock:
+        if _ffi is None:
+            import cffi
+
+            ffi = cffi.FFI()
+            ffi.cdef(_cdef())
+            _ffi = ffi
+        if arch not in _libs:
+            _libs[arch] = _ffi.dlopen(str(build(arch)))
+        return _ffi, _libs[arch]
+
+
+def _raise_for_status(status: int, lib, what: str) -> None:
+    if status == 0:
+        return
+    message = _ffi.string(lib.sy_attn_error_string(status)).decode()
+    if status == _SY_EINVAL:
+        raise ValueError(f"{what}: {message}")
+    if status == _SY_EUNSUPPORTED:
+        raise NotSupportedError(f"{what}: {message}")
+    raise RuntimeError(f"{what}: CUDA error {status}: {message}")
+
+
+# ---- input checks (before anything touches a device) ----------------------------------------------------
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:
+        raise NotSupportedError("the CUDA attention kernels work on torch tensors: pip install sympathy[torch]") from exc
+    return torch
+
+
+def _resolve_kernel(q, attn_mask, kernel: str) -> str:
+    """The kernel to run: "auto" resolved, and the kernel's dtype / head-dim / mask support checked."""
+    torch = _torch()
+    d = q.shape[-1]
+    if kernel not in KERNELS + ("auto",):
+        raise ValueError(f"kernel must be one of {KERNELS + ('auto',)}; got {kernel!r}")
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    if kernel == "auto":
+        if attn_mask is not None:
+            kernel = "naive"
+        elif half and d in MMA_HEAD_DIMS:
+            kernel = "mma"
+        elif d in TILED_HEAD_DIMS:
+            kernel = "tiled"
+        else:
+            kernel = "naive"
+    if attn_mask is not None and kernel != "naive":
+        raise NotImplementedError(f"attn_mask is supported by kernel='naive' only; got kernel={kernel!r}")
+    if kernel == "tiled" and d not in TILED_HEAD_DIMS:
+        raise ValueError(f"kernel='tiled' supports head dims {TILED_HEAD_DIMS}; got {d}")
+    if kernel == "mma":
+        if d not in MMA_HEAD_DIMS:
+            raise ValueError(f"kernel='mma' supports head dims {MMA_HEAD_DIMS}; got {d}")
+        if not half:
+            raise TypeError(f"kernel='mma' needs float16 or bfloat16 inputs; got {q.dtype}")
+    return kernel
+
+
+def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel) -> str:
+    """Validate everything that can be validated without a device; return the kernel to run."""
+    torch = _torch()
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dims (B, H, N, d); got shape {tuple(t.shape)}")
+        if str(t.dtype).replace("torch.", "") not in _DTYPE_CODES:
+            raise TypeError(f"{name} must be float32, float16 or bfloat16; got {t.dtype}")
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name} must be contiguous in its last dim; got stride {t.stride(-1)}")
+        if min(t.shape) < 1:
+            raise ValueError(f"{name} must have every dim >= 1; got shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    B, Hq, Nq, d = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"q, k and v must have the same batch size; got {q.shape[0]}, {k.shape[0]}, {v.shape[0]}")
+    if k.shape[-1] != d or v.shape[-1] != d:
+        raise ValueError(f"k and v must have q's head dim {d}; got {k.shape[-1]} and {v.shape[-1]}")
+    if k.shape[1:3] != v.shape[1:3]:
+        raise ValueError(f"k and v must have the same (heads, keys); got {tuple(k.shape[1:3])} and {tuple(v.shape[1:3])}")
+    Hkv = k.shape[1]
+    if Hkv != Hq and not enable_gqa:
+        raise ValueError(f"k has {Hkv} heads and q {Hq}: pass enable_gqa=True for grouped-query attention")
+    if Hq % Hkv != 0:
+        raise ValueError(f"q's heads ({Hq}) must be a multiple of k's and v's heads ({Hkv})")
+    if B > 65535 or Hq > 65535:
+        raise ValueError(f"batch and heads must be <= 65535 (CUDA grid limit); got B={B}, H={Hq}")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool; got {type(is_causal).__name__}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise ValueError(f"scale must be a finite number or None; got {scale!r}")
+    if attn_mask is not None:
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a torch.Tensor or None; got {type(attn_mask).__name__}")
+        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+            raise TypeError(f"attn_mask must be bool or floating point; got {attn_mask.dtype}")
+        try:
+            torch.broadcast_shapes(attn_mask.shape, (B, Hq, Nq, k.shape[2]))
+        except RuntimeError:
+            raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to "
+                             f"(B, H, Nq, Nk) = {(B, Hq, Nq, k.shape[2])}") from None
+        if is_causal:
+            raise ValueError("pass attn_mask or is_causal=True, not both (as torch's SDPA)")
+    kernel = _resolve_kernel(q, attn_mask, kernel)
+    for name, t in (("q", q), ("k", k), ("v", v), ("attn_mask", attn_mask)):
+        if t is not None and t.device.type != "cuda":
+            raise ValueError(f"{name} must be on a CUDA device; got {t.device}")
+    if not (q.device == k.device == v.device) or (attn_mask is not None and attn_mask.device != q.device):
+        raise ValueError(f"all inputs must be on one device; got q {q.device}, k {k.device}, v {v.device}")
+    return kernel
+
+
+# ---- launch ---------------------------------------------------------------------------------------------
+def _aligned_rows(t) -> bool:
+    """cp.async moves 16 bytes: every row of t must start on a 16-byte boundary."""
+    return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:3])
+
+
+def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=None, lse=None):
+    """Run one kernel on checked inputs. out and lse may be given (the tests pass NaN-poisoned
+    buffers, contiguous, of the right shape and dtype, to catch elements a kernel fails to write)."""
+    torch = _torch()
+    arch = device_arch(q.device)
+    if kernel == "mma":
+        if torch.cuda.get_device_capability(q.device) < (8, 0):
+            raise NotSupportedError(f"kernel='mma' needs compute capability 8.0 or newer; this GPU is {arch}")
+        # A view whose rows are not 16-byte aligned is copied once rather than refused.
+        q, k, v = (t if _aligned_rows(t) else t.contiguous() for t in (q, k, v))
+    ffi, lib = library(arch)
+    B, Hq, Nq, d = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if out is None:
+        out = torch.empty((B, Hq, Nq, d), dtype=q.dtype, device=q.device)
+    if lse is None:
+        lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
+    # The mask copy and the naive workspace are released when this returns, while the kernels may
+    # still run: safe, because torch's caching allocator hands a freed block only to work queued
+    # later on the same stream, which runs after these kernels.
+    p = ffi.new("sy_attn_params *")
+    p.q, p.k, p.v = (ffi.cast("void *", t.data_ptr()) for t in (q, k, v))
+    p.o = ffi.cast("void *", out.data_ptr())
+    p.lse = ffi.cast("float *", lse.data_ptr())
+    for field, t in (("q_strides", q), ("k_strides", k), ("v_strides", v), ("o_strides", out)):
+        getattr(p, field)[0:3] = list(t.stride()[:3])
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:   # True takes part (torch's convention)
+            attn_mask = torch.zeros(attn_mask.shape, dtype=torch.float32, device=q.device).masked_fill_(~attn_mask, -math.inf)
+        mask = attn_mask.to(torch.float32).expand(B, Hq, Nq, Nk)
+        p.mask = ffi.cast("float *", mask.data_ptr())
+        p.mask_strides[0:4] = list(mask.stride())
+    if kernel == "naive":
+        workspace = torch.empty(B * Hq * Nq * Nk, dtype=torch.float32, device=q.device)
+        p.workspace = ffi.cast("float *", workspace.data_ptr())
+    p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
+    p.scale = scale
+    p.is_causal = int(is_causal)
+    p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        status = getattr(lib, f"sy_attn_{kernel}_fwd")(p, ffi.cast("void *", stream))
+    _raise_for_status(status, lib, f"attention kernel {kernel!r} (B={B}, H={Hq}, Nq={Nq}, Nk={Nk}, d={d})")
+    return out, lse
+
+
+_op = None
+
+
+def _attention_op():
+    """torch.ops.sympathy.attention_fwd, registered on first use (so torch stays an optional import)."""
+    global _op
+    if _op is not None:
+        return _op
+    torch = _torch()
+
+    @torch.library.custom_op("sympathy::attention_fwd", mutates_args=())
+    def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                      is_causal: bool, scale: float, kernel: str) -> Tuple[torch.Tensor, torch.Tensor]:
+        return _launch(q, k, v, attn_mask, is_causal, scale, kernel)
+
+    @attention_fwd.register_fake
+    def _(q, k, v, attn_mask, is_causal, scale, kernel):
+        B, Hq, Nq, d = q.shape
+        return q.new_empty((B, Hq, Nq, d)), q.new_empty((B, Hq, Nq), dtype=torch.float32)
+
+    _op = attention_fwd
+    return _op
+
+
+def attention_with_lse(q, k, v, attn_mask=None, is_causal: bool = False, scale: Optional[float] = None,
+                       enable_gqa: bool = False, kernel: str = "auto"):
+    """(out, lse): attention and each query row's natural-log log-sum-exp of its scaled scores.
+
+    lse has shape (B, H, Nq), float32; out is contiguous, q's dtype.
+    """
+    kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel)
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = False, scale: Optional[float] = None,
+                                 enable_gqa: bool = False, kernel: str = "auto"):
+    """torch.nn.functional.scaled_dot_product_attention's forward, on sympathy's CUDA kernels.
+
+    q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d): CUDA tensors, float32/float16/bfloat16, any strides
+    whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
+    enable_gqa lets Hq be a multiple of Hkv. attn_mask (bool: True takes part, or additive float),
+    broadcastable to (B, Hq, Nq, Nk), runs on kernel="naive" only. kernel="auto" picks "mma" for
+    fp16/bf16 at d = 64 or 128, "tiled" for other supported head dims, "naive" otherwise or with a
+    mask. A row whose keys are all masked gives 0.
+    """
+    return attention_with_lse(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel)[0]
