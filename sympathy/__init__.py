@@ -15,4 +15,8 @@ from .affinity import pin, pinned
 from .cache import CacheReport, cachegrind, counters
 from .topology import topology
 
-# ---- subjects (one line each) ----
+# ---- subjects: one C file and one module each ----
+from . import attention, lab
+from .matmul import MATMUL_KERNELS, matmul, matmul_python
+from .ring import Consumer, Disruptor, EventHandlerGroup, RingBuffer
+from .softmax import online_softmax, softmax

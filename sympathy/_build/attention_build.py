@@ -5,7 +5,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import build_in_place, subject_ffibuilder  # noqa: E402
 
-ffibuilder = subject_ffibuilder("attention")
+ffibuilder = subject_ffibuilder("attention", libraries=["m"])  # exp2f, log2f in the scalar path
 
 if __name__ == "__main__":
     build_in_place(ffibuilder)

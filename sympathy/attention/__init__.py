@@ -5,4 +5,7 @@
     sy.attention.cpu(q, k, v)         the C kernel, c_src/attention.c (cpu.py)
     sy.attention.scaled_dot_product_attention(q, k, v)   CUDA kernels on torch tensors (cuda.py)
 """
-# ---- kernels (one line each) ----
+from .reference import reference
+from .tiled import tiled
+from .cpu import cpu
+from .cuda import scaled_dot_product_attention
