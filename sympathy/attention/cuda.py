@@ -15,7 +15,6 @@ version, and loaded with cffi's dlopen. Launches go on torch's current stream. t
 only when a function here is called: without it the rest of sympathy works.
 """
 import hashlib
-import importlib.resources
 import math
 import os
 import re
@@ -42,17 +41,12 @@ _SY_EINVAL, _SY_EUNSUPPORTED = -1, -5
 
 # ---- sources, nvcc, cache ---------------------------------------------------------------------------
 def source_dir() -> Path:
-    """cuda_src/: inside an installed wheel (sympathy/cuda_src) or at the top of a checkout."""
-    try:
-        installed = Path(str(importlib.resources.files("sympathy.cuda_src")))
-        if (installed / "attention_api.h").is_file():
-            return installed
-    except (ModuleNotFoundError, TypeError):
-        pass
-    checkout = Path(__file__).resolve().parents[2] / "cuda_src"
-    if (checkout / "attention_api.h").is_file():
-        return checkout
-    raise FileNotFoundError("the CUDA sources (cuda_src/) are neither installed with sympathy nor in a checkout")
+    """cuda_src/ as sympathy/cuda_src: a folder inside an installed wheel, a symlink to the top-level
+    cuda_src/ in a checkout (package data of a namespace package has no reliable importlib path)."""
+    path = Path(__file__).resolve().parents[1] / "cuda_src"
+    if (path / "attention_api.h").is_file():
+        return path
+    raise FileNotFoundError(f"the CUDA sources are missing: expected them in {path}")
 
 
 def sources() -> List[Path]:
