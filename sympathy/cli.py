@@ -9,9 +9,15 @@ from pathlib import Path
 
 
 def _console():
+    """Rich output; piped to a file or a log, tables keep a readable width instead of 80 columns."""
+    import shutil
+
     from rich.console import Console
 
-    return Console()
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(shutil.get_terminal_size((140, 24)).columns, 140))
+    return console
 
 
 # ---- info -----------------------------------------------------------------------------------------
