@@ -40,6 +40,28 @@ int sy_attn_naive_fwd(const sy_attn_params *params, void *stream);
 int sy_attn_tiled_fwd(const sy_attn_params *params, void *stream);
 int sy_attn_mma_fwd(const sy_attn_params *params, void *stream);
 const char *sy_attn_error_string(int status);
+
+/* Backward (cuda_src/attention_bwd.cu). q, k, v, o, dout as in the forward (dout: o's shape, its
+   own strides); lse the forward's. dq (B, Hq, Nq, d), dk and dv (B, Hkv, Nk, d): outputs, element
+   type `dtype`, own strides. The float workspaces are the caller's, contiguous, no initial value:
+   dq_accum (B, Hq, Nq, d), dk_accum and dv_accum (B, Hq, Nk, d) (per query head: a GQA group is
+   summed after), delta (B, Hq, Nq). deterministic: dQ by a separate query-block pass (no atomics),
+   so two runs give identical bits. Head dims 64 and 128; no mask. */
+typedef struct sy_attn_bwd_params {
+    const void *q, *k, *v, *o, *dout;
+    const float *lse;
+    void *dq, *dk, *dv;
+    float *dq_accum, *dk_accum, *dv_accum, *delta;
+    int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3], dout_strides[3];
+    int64_t dq_strides[3], dk_strides[3], dv_strides[3];
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+    float scale;
+    int is_causal;
+    int deterministic;
+    int dtype;
+} sy_attn_bwd_params;
+
+int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);
 /* CDEF END */
 
 #ifdef __cplusplus

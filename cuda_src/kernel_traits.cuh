@@ -117,4 +117,33 @@ using MmaTraitsD128Causal = SY_MMA_TRAITS_D128_CAUSAL;
 #endif
 using MmaTraitsD128 = SY_MMA_TRAITS_D128;
 
+// ---- backward (attention_bwd.cu): fp32 math, one thread per (row, 64 columns) ----------------------
+// Shared-memory tile geometry of a head dim. A thread owns kCols = min(d, 64) columns of one row,
+// so its dK and dV accumulators (2 * 64 floats) fit in registers; at d = 128 two neighbouring lanes
+// share a row and add their partial dot products with one shuffle.
+template <int kHeadDim_>
+struct BwdTraits {
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kSplit = kHeadDim > 64 ? kHeadDim / 64 : 1;
+    static constexpr int kCols = kHeadDim / kSplit;
+    // Rows are padded by one word after each kCols chunk: a row stride of kHeadDim + kSplit words
+    // sends the 32 (row, chunk) pairs of a warp to 32 different banks, and the two chunks of one
+    // broadcast row to two different banks.
+    static constexpr int kRowStride = kHeadDim + kSplit;
+    // dkdv: 64 keys per block (one per thread, or per lane pair), query tiles of 32 rows.
+    static constexpr int kKeysPerBlock = 64;
+    static constexpr int kQueryTile = 32;
+    static constexpr int kDkdvThreads = kKeysPerBlock * kSplit;
+    // sK, sV (the block's keys), sQ, sdO (one query tile), sdS (the tile's dS for dQ), LSE and D.
+    static constexpr int kDkdvSmemBytes =
+        (2 * kKeysPerBlock * kRowStride + 2 * kQueryTile * kRowStride + kQueryTile * kKeysPerBlock + 2 * kQueryTile) * 4;
+    // dq: 64 query rows per block, key tiles of 32.
+    static constexpr int kRowsPerBlock = 64;
+    static constexpr int kKeyTile = 32;
+    static constexpr int kDqThreads = kRowsPerBlock * kSplit;
+    static constexpr int kDqSmemBytes = (2 * kRowsPerBlock * kRowStride + 2 * kKeyTile * kRowStride) * 4;
+    static_assert(kHeadDim % 16 == 0 && kHeadDim <= 128, "kCols and the padding assume d in 16, 32, 64, 128");
+    static_assert(kDkdvSmemBytes <= 227 * 1024 && kDqSmemBytes <= 227 * 1024, "227 KiB of shared memory per block");
+};
+
 }  // namespace sy_attn

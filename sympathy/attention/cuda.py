@@ -3,11 +3,14 @@
     sy.attention.scaled_dot_product_attention(q, k, v, is_causal=True)          # torch SDPA semantics
     out, lse = sy.attention.cuda.attention_with_lse(q, k, v, kernel="mma")      # + log-sum-exp
     sy.attention.cuda.build_all(["sm_80", "sm_90a"])                             # ahead of time
+    out.sum().backward()          # differentiable: cuda_src/attention_bwd.cu (deterministic=True: no atomics)
 
 Three kernels, a ladder (cuda_src/attention_{naive,tiled,mma}.cu):
     naive   S = QK^T, softmax and PV as three kernels, S and P in HBM (any head dim, attn_mask)
     tiled   one fused fp32 kernel, K/V tiles in shared memory, online softmax (d in 16, 32, 64, 128)
     mma     FlashAttention-2 class: tensor cores, ldmatrix, cp.async, P in registers (fp16/bf16, d 64/128)
+Backward (cuda_src/attention_bwd.cu), whichever kernel ran forward: FlashAttention-2's algorithm with
+fp32 math on CUDA cores (d = 64 or 128, no mask); other calls take a torch-math backward.
 
 The sources are compiled by nvcc on first use into one shared library per GPU architecture, cached
 under $SYMPATHY_CACHE_DIR/cuda (default ~/.cache/sympathy/cuda, see config.py) by source hash, arch and nvcc
@@ -31,6 +34,7 @@ from .._errors import NotSupportedError
 KERNELS = ("naive", "tiled", "mma")
 TILED_HEAD_DIMS = (16, 32, 64, 128)
 MMA_HEAD_DIMS = (64, 128)
+BWD_HEAD_DIMS = (64, 128)   # attention_bwd.cu; other head dims and attn_mask: _math_backward
 _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # enum sy_attn_dtype
 # -O3 for host and device code; C++17 for `if constexpr`; -lineinfo so Nsight Compute and
 # compute-sanitizer can point at source lines (it changes no generated instruction).
@@ -338,11 +342,74 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     return out, lse
 
 
+def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float, deterministic: bool):
+    """(dq, dk, dv) in the inputs' dtype: attention_bwd.cu, or _math_backward for what it lacks."""
+    torch = _torch()
+    B, Hq, Nq, d = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if attn_mask is not None or d not in BWD_HEAD_DIMS:
+        return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale)
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    ffi, lib = library(device_arch(q.device))
+    grads = [torch.empty(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v)]
+    f32 = dict(dtype=torch.float32, device=q.device)
+    # Released on return while the kernels may still run: safe on one stream (see _launch).
+    dq_accum, delta = torch.empty((B, Hq, Nq, d), **f32), torch.empty((B, Hq, Nq), **f32)
+    dk_accum, dv_accum = torch.empty((B, Hq, Nk, d), **f32), torch.empty((B, Hq, Nk, d), **f32)
+    p = ffi.new("sy_attn_bwd_params *")
+    for field, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout),
+                     ("dq", grads[0]), ("dk", grads[1]), ("dv", grads[2])):
+        setattr(p, field, ffi.cast("void *", t.data_ptr()))
+        getattr(p, f"{field}_strides")[0:3] = list(t.stride()[:3])
+    p.lse = ffi.cast("float *", lse.contiguous().data_ptr())
+    for field, t in (("dq_accum", dq_accum), ("dk_accum", dk_accum), ("dv_accum", dv_accum), ("delta", delta)):
+        setattr(p, field, ffi.cast("float *", t.data_ptr()))
+    p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
+    p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
+    p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        status = lib.sy_attn_tiled_bwd(p, ffi.cast("void *", stream))
+    _raise_for_status(status, lib, f"attention backward (B={B}, H={Hq}, Nq={Nq}, Nk={Nk}, d={d})")
+    return tuple(grads)
+
+
+def _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float):
+    """The same algorithm as attention_bwd.cu in torch ops (fp32, or fp64 for fp64 inputs):
+    P = exp(S - LSE), D = rowsum(dO o O), dS = P o (dO V^T - D); dK, dV summed over a GQA group.
+    The backward of attn_mask calls and odd head dims, and the formula gradcheck verifies."""
+    torch = _torch()
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    group = q.shape[1] // k.shape[1]
+    qf, kf, vf, of, dof = (t.to(acc) for t in (q, k, v, out, dout))
+    kf, vf = kf.repeat_interleave(group, dim=1), vf.repeat_interleave(group, dim=1)
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    if is_causal:   # top-left, as the forward
+        nq, nk = s.shape[-2:]
+        s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
+    lse = lse.to(acc).unsqueeze(-1)
+    # A row that saw no key has LSE = -inf and P = 0 (exp(-inf - -inf) would be NaN).
+    p = torch.where(torch.isinf(lse), torch.zeros_like(s), torch.exp(s - lse))
+    delta = (dof * of).sum(-1, keepdim=True)
+    ds = p * (dof @ vf.transpose(-1, -2) - delta)
+    dq = (ds @ kf) * scale
+    dk = (ds.transpose(-1, -2) @ qf) * scale
+    dv = p.transpose(-1, -2) @ dof
+    B, Hkv, Nk, d = k.shape
+    dk, dv = (t.view(B, Hkv, group, Nk, d).sum(2) for t in (dk, dv))
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
 _op = None
 
 
 def _attention_op():
-    """torch.ops.sympathy.attention_fwd, registered on first use (so torch stays an optional import)."""
+    """torch.ops.sympathy.attention_fwd with its backward (torch.ops.sympathy.attention_bwd) registered,
+    on first use (so torch stays an optional import). Both have fake impls: torch.compile traces
+    forward and backward."""
     global _op
     if _op is not None:
         return _op
@@ -350,33 +417,64 @@ def _attention_op():
 
     @torch.library.custom_op("sympathy::attention_fwd", mutates_args=())
     def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
-                      is_causal: bool, scale: float, kernel: str) -> Tuple[torch.Tensor, torch.Tensor]:
+                      is_causal: bool, scale: float, kernel: str, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
         return _launch(q, k, v, attn_mask, is_causal, scale, kernel)
 
     @attention_fwd.register_fake
-    def _(q, k, v, attn_mask, is_causal, scale, kernel):
+    def _(q, k, v, attn_mask, is_causal, scale, kernel, deterministic):
         B, Hq, Nq, d = q.shape
         return q.new_empty((B, Hq, Nq, d)), q.new_empty((B, Hq, Nq), dtype=torch.float32)
 
+    @torch.library.custom_op("sympathy::attention_bwd", mutates_args=())
+    def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                      lse: torch.Tensor, attn_mask: Optional[torch.Tensor], is_causal: bool, scale: float,
+                      deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic)
+
+    @attention_bwd.register_fake
+    def _(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic):
+        return torch.empty_like(q, memory_format=torch.contiguous_format), \
+            torch.empty_like(k, memory_format=torch.contiguous_format), \
+            torch.empty_like(v, memory_format=torch.contiguous_format)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, attn_mask, is_causal, scale, _kernel, deterministic = inputs
+        out, lse = output
+        ctx.save_for_backward(q, k, v, out, lse, attn_mask)
+        ctx.is_causal, ctx.scale, ctx.deterministic = is_causal, scale, deterministic
+        ctx.mark_non_differentiable(lse)   # a statistic of the forward: gradients flow through out
+
+    def backward(ctx, grad_out, _grad_lse):
+        q, k, v, out, lse, attn_mask = ctx.saved_tensors
+        dq, dk, dv = torch.ops.sympathy.attention_bwd(grad_out, q, k, v, out, lse, attn_mask,
+                                                      ctx.is_causal, ctx.scale, ctx.deterministic)
+        return dq, dk, dv, None, None, None, None, None
+
+    attention_fwd.register_autograd(backward, setup_context=setup_context)
     _op = attention_fwd
     return _op
 
 
 def attention_with_lse(q, k, v, attn_mask=None, is_causal: bool = False, scale: Optional[float] = None,
-                       enable_gqa: bool = False, kernel: str = "auto"):
+                       enable_gqa: bool = False, kernel: str = "auto", deterministic: Optional[bool] = None):
     """(out, lse): attention and each query row's natural-log log-sum-exp of its scaled scores.
 
-    lse has shape (B, H, Nq), float32; out is contiguous, q's dtype.
+    lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
+    differentiable in q, k, v (see scaled_dot_product_attention for `deterministic`).
     """
+    if deterministic is None:
+        deterministic = _torch().are_deterministic_algorithms_enabled()
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool or None; got {type(deterministic).__name__}")
     kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel)
+    return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic)
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = False, scale: Optional[float] = None,
-                                 enable_gqa: bool = False, kernel: str = "auto"):
-    """torch.nn.functional.scaled_dot_product_attention's forward, on sympathy's CUDA kernels.
+                                 enable_gqa: bool = False, kernel: str = "auto", deterministic: Optional[bool] = None):
+    """torch.nn.functional.scaled_dot_product_attention, forward and backward, on sympathy's CUDA kernels.
 
     q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d): CUDA tensors, float32/float16/bfloat16, any strides
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
@@ -384,5 +482,11 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     broadcastable to (B, Hq, Nq, Nk), runs on kernel="naive" only. kernel="auto" picks "mma" for
     fp16/bf16 at d = 64 or 128, "tiled" for other supported head dims, "naive" otherwise or with a
     mask. A row whose keys are all masked gives 0.
+
+    Differentiable: the backward (cuda_src/attention_bwd.cu) recomputes P from the saved log-sum-exp
+    and accumulates dQ with fp32 atomics, so two runs may differ in the last bits. deterministic=True
+    computes dQ in a separate pass without atomics (bit-identical runs, ~1.5x the backward's time);
+    None (the default) follows torch.use_deterministic_algorithms. attn_mask calls and head dims
+    other than 64 and 128 take a torch-math backward (same algorithm, materialises P).
     """
-    return attention_with_lse(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel)[0]
+    return attention_with_lse(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, deterministic)[0]

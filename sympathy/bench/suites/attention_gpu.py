@@ -15,6 +15,13 @@ exist before; the output is part of the figure). Each variant's output is checke
 sdpa-flash's outside the timing (max relative error, `err`). Variants whose N x N buffers would not
 fit (naive, sdpa-math) or that would take minutes (tiled at large N) are skipped with a note.
 Without a CUDA GPU the suite says so and records nothing.
+
+Forward + backward (groups "... fwd+bwd", unless --no-backward): sdpa-flash (anchor), sdpa-cudnn and
+sympathy's mma forward with cuda_src/attention_bwd.cu (atomic dQ, and `-det`: deterministic). One
+call is out = attention(q, k, v) then torch.autograd.grad(out, (q, k, v), dout); TFLOP/s counts 3.5x
+the forward FLOPs (FlashAttention's convention: the backward does 2.5x the forward's GEMM work);
+extra_MiB is the peak extra memory of that training step of attention alone; err compares dq with
+sdpa-flash's.
 """
 import argparse
 from pathlib import Path
@@ -25,6 +32,8 @@ QUICK_SIZES = (1024, 4096)
 FULL_SIZES = (512, 1024, 2048, 4096, 8192, 16384)
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
 OURS = ("naive", "tiled", "mma")
+BACKWARD_VARIANTS = ("sdpa-flash", "sdpa-cudnn", "mma", "mma-det")
+BACKWARD_FLOP_FACTOR = 3.5   # forward + backward: 2 + 5 N x N x d GEMMs over the forward's 2
 
 
 def attention_flops(B: int, H: int, N: int, d: int, causal: bool) -> float:
@@ -66,7 +75,7 @@ def peak_extra_mib(fn) -> float:
 
 
 class AttentionGpuSuite(Suite):
-    title = "FlashAttention forward on the GPU (bf16): sympathy's kernels vs torch SDPA backends"
+    title = "FlashAttention on the GPU (bf16), forward and forward+backward: sympathy's kernels vs torch SDPA backends"
     primary = "TFLOP/s"
     higher_is_better = True
     columns = ("TFLOP/s", "time_ms", "extra_MiB", "err")
@@ -85,6 +94,7 @@ class AttentionGpuSuite(Suite):
         parser.add_argument("--max-nn-gib", type=float, default=20.0,
                             help="skip naive / sdpa-math when their N x N buffers exceed this")
         parser.add_argument("--max-tiled-n", type=int, default=4096, help="skip the fp32 tiled kernel above this N")
+        parser.add_argument("--no-backward", action="store_true", help="forward only (no fwd+bwd groups)")
 
     def run(self, args: argparse.Namespace, results: Results) -> None:
         try:
@@ -144,18 +154,58 @@ class AttentionGpuSuite(Suite):
                 ms = median_ms(fn)
                 results.add(group, variant, anchor=variant == "sdpa-flash", params=params,
                             **{"TFLOP/s": flops / ms / 1e9, "time_ms": ms, "extra_MiB": extra, "err": err})
-            del q, k, v, expected
+            del expected
+            if not args.no_backward:
+                self._race_backward(q, k, v, causal, group, params, flops, backends, results, skipped)
+            del q, k, v
             torch.cuda.empty_cache()
         for s in sorted(skipped):
             results.note(f"skipped: {s}")
+
+    def _race_backward(self, q, k, v, causal, group, params, flops, backends, results, skipped) -> None:
+        """One training step of attention (forward + backward) per variant, in the group `group fwd+bwd`."""
+        import torch
+        from torch.nn.attention import sdpa_kernel
+
+        from ...attention import cuda
+
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        dout = torch.randn_like(q)
+        expected = None
+        for variant in BACKWARD_VARIANTS:
+            if variant.startswith("sdpa-"):
+                def fn(backend=backends[variant[5:]]):
+                    with sdpa_kernel(backend):
+                        out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+                    return torch.autograd.grad(out, leaves, dout)
+            else:
+                def fn(deterministic=variant.endswith("-det")):
+                    out = cuda.scaled_dot_product_attention(*leaves, is_causal=causal, kernel="mma",
+                                                            deterministic=deterministic)
+                    return torch.autograd.grad(out, leaves, dout)
+            try:
+                dq = fn()[0].float()
+            except RuntimeError as exc:
+                skipped.add(f"{variant} fwd+bwd at {group}: {str(exc).splitlines()[0][:80]}")
+                continue
+            if expected is None:
+                expected = dq
+            err = ((dq - expected).abs().max() / expected.abs().max()).item()
+            del dq
+            extra = peak_extra_mib(fn)
+            ms = median_ms(fn)
+            results.add(f"{group} fwd+bwd", variant, anchor=variant == "sdpa-flash", params={**params, "backward": True},
+                        **{"TFLOP/s": BACKWARD_FLOP_FACTOR * flops / ms / 1e9, "time_ms": ms, "extra_MiB": extra,
+                           "err": err})
 
     def plot(self, results: Results, outdir: Path) -> list:
         from .. import plots
 
         paths = []
         for d in sorted({r.params["d"] for r in results.rows}):
-            for causal in (False, True):
-                rows = [r for r in results.rows if r.params["d"] == d and r.params["causal"] == causal]
+            for causal, backward in ((c, b) for b in (False, True) for c in (False, True)):
+                rows = [r for r in results.rows if r.params["d"] == d and r.params["causal"] == causal
+                        and bool(r.params.get("backward")) == backward]
                 if not rows:
                     continue
                 series = {}
@@ -163,9 +213,9 @@ class AttentionGpuSuite(Suite):
                     xs, ys = series.setdefault(r.variant, ([], []))
                     xs.append(r.params["N"])
                     ys.append(r.metrics["TFLOP/s"])
-                name = f"attention-gpu-d{d}-{'causal' if causal else 'full'}.png"
-                paths.append(plots.lines(series, outdir / name, title=f"bf16 forward, d={d}, "
-                                         f"{'causal' if causal else 'not causal'}", xlabel="N (sequence length)",
+                name = f"attention-gpu-{'fwdbwd-' if backward else ''}d{d}-{'causal' if causal else 'full'}.png"
+                paths.append(plots.lines(series, outdir / name, title=f"bf16 {'forward+backward' if backward else 'forward'}, "
+                                         f"d={d}, {'causal' if causal else 'not causal'}", xlabel="N (sequence length)",
                                          ylabel="TFLOP/s", logx=True))
         return paths
 

@@ -1,0 +1,194 @@
+"""The backward of sy.attention.scaled_dot_product_attention (cuda_src/attention_bwd.cu).
+
+Gradients against float64 torch autograd of the definition, deterministic mode, torch.compile with
+a backward, and a small transformer trained with our attention beside torch's SDPA. The gradcheck of
+the backward's formula runs on the CPU in float64 (the kernels have no float64 path); everything
+else is marked `gpu` and skips where there is no CUDA GPU.
+"""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+import sympathy as sy  # noqa: E402
+from sympathy.attention import cuda  # noqa: E402
+
+# max |grad - ref| / max |ref| per input dtype. The backward reads bf16 inputs, the bf16-rounded
+# forward output (for D = rowsum(dO o O)) and rounds each gradient once; its sums over up to N
+# terms run in fp32. 3e-2 is about six bf16 roundings; fp16 keeps 3 more bits.
+GRAD_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 5e-4}
+
+
+def reference_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    """softmax(scale q k^T + mask) v and the log-sum-exp, in q's dtype (float64 in these tests)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.transpose(-1, -2)) * scale
+    if is_causal:
+        nq, nk = s.shape[-2:]
+        s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.to(s.dtype)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.where(torch.isinf(lse).unsqueeze(-1), torch.zeros_like(s), torch.exp(s - lse.unsqueeze(-1)))
+    return p @ v, lse
+
+
+def reference_grads(q, k, v, dout, **kwargs):
+    """(dq, dk, dv) by float64 autograd of the definition."""
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    out, _ = reference_attention(*leaves, **kwargs)
+    out.backward(dout.double())
+    return [t.grad for t in leaves]
+
+
+def relative_error(x, ref):
+    """max |x - ref| / max |ref|, the denominator floored at 1e-3: with randn inputs every gradient's
+    largest element is well above 1e-3 unless the gradient is exactly 0 (dq and dk when every row
+    sees a single key: its softmax is constant), where only fp32 summation-order noise remains."""
+    return ((x.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-3)).item()
+
+
+# ---- the backward's formula, float64 gradcheck (CPU) ---------------------------------------------------
+class FormulaAttention(torch.autograd.Function):
+    """The forward of the definition with cuda._math_backward as its backward: the algorithm of
+    attention_bwd.cu (P from the saved LSE, D = rowsum(dO o O), dK/dV summed over a GQA group)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, attn_mask, is_causal, scale):
+        out, lse = reference_attention(q, k, v, attn_mask, is_causal, scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.attn_mask, ctx.is_causal, ctx.scale = attn_mask, is_causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = cuda._math_backward(dout, q, k, v, out, lse, ctx.attn_mask, ctx.is_causal, ctx.scale)
+        return dq, dk, dv, None, None, None
+
+
+@pytest.mark.parametrize("Hq, Hkv, Nq, Nk, causal, masked", [
+    (2, 2, 5, 5, False, False), (4, 2, 7, 5, True, False), (3, 1, 4, 9, True, False), (2, 2, 6, 6, False, True),
+])
+def test_backward_formula_passes_float64_gradcheck(Hq, Hkv, Nq, Nk, causal, masked):
+    gen = torch.Generator().manual_seed(Hq * 100 + Nq * 10 + Nk)
+    d = 4
+    q = torch.randn(2, Hq, Nq, d, dtype=torch.float64, generator=gen, requires_grad=True)
+    k = torch.randn(2, Hkv, Nk, d, dtype=torch.float64, generator=gen, requires_grad=True)
+    v = torch.randn(2, Hkv, Nk, d, dtype=torch.float64, generator=gen, requires_grad=True)
+    mask = None
+    if masked:   # includes a fully masked row: its gradient is 0, not NaN
+        mask = torch.rand(Nq, Nk, generator=gen) > 0.4
+        mask[0] = False
+    assert torch.autograd.gradcheck(lambda a, b, c: FormulaAttention.apply(a, b, c, mask, causal, 0.7), (q, k, v))
+
+
+def test_deterministic_must_be_a_bool():
+    q = torch.randn(1, 2, 8, 64, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="deterministic must be a bool"):
+        sy.attention.scaled_dot_product_attention(q, q, q, deterministic=1)
+
+
+# ---- the kernels on the GPU ----------------------------------------------------------------------------
+def gpu_inputs(B, Hkv, group, Nq, Nk, d, dtype, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(B, Hkv * group, Nq, d, device="cuda", dtype=dtype, generator=gen)
+    k, v = (torch.randn(B, Hkv, Nk, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+    dout = torch.randn(B, Hkv * group, Nq, d, device="cuda", dtype=dtype, generator=gen)
+    return q, k, v, dout
+
+
+def our_grads(q, k, v, dout, **kwargs):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = sy.attention.scaled_dot_product_attention(*leaves, enable_gqa=True, **kwargs)
+    out.backward(dout)
+    return [t.grad for t in leaves]
+
+
+def assert_grads_close(grads, refs, dtype):
+    for name, g, ref in zip(("dq", "dk", "dv"), grads, refs):
+        assert g.dtype == dtype and g.shape == ref.shape, name
+        assert torch.isfinite(g).all(), f"{name} has non-finite elements"
+        err = relative_error(g, ref)
+        assert err <= GRAD_TOLERANCE[dtype], f"{name}: relative error {err:.2e}"
+
+
+@pytest.mark.gpu
+@given(data=st.data())
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_gradients_match_float64_autograd_on_random_shapes(data):
+    kernel = data.draw(st.sampled_from(["mma", "tiled"]), "forward kernel")
+    d = data.draw(st.sampled_from([64, 128] if kernel == "mma" else [16, 32, 64, 128]), "d")
+    dtype = data.draw(st.sampled_from([torch.bfloat16, torch.float16] + ([torch.float32] if kernel == "tiled" else [])))
+    B = data.draw(st.integers(1, 2), "B")
+    Hkv, group = data.draw(st.integers(1, 2), "Hkv"), data.draw(st.sampled_from([1, 2, 4]), "group")
+    Nq, Nk = data.draw(st.integers(1, 300), "Nq"), data.draw(st.integers(1, 300), "Nk")
+    causal = data.draw(st.booleans(), "causal")
+    deterministic = data.draw(st.booleans(), "deterministic")
+    q, k, v, dout = gpu_inputs(B, Hkv, group, Nq, Nk, d, dtype, seed=Nq * 1000 + Nk)
+    grads = our_grads(q, k, v, dout, is_causal=causal, kernel=kernel, deterministic=deterministic)
+    assert_grads_close(grads, reference_grads(q, k, v, dout, is_causal=causal), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("Nq, Nk, d, group, causal", [
+    (1, 1, 64, 1, False), (127, 129, 128, 2, True), (1000, 37, 64, 4, True), (37, 1000, 128, 1, True),
+    (513, 513, 64, 1, False),
+])
+def test_gradients_on_fixed_edge_shapes(Nq, Nk, d, group, causal):
+    q, k, v, dout = gpu_inputs(1, 2, group, Nq, Nk, d, torch.bfloat16, seed=7)
+    for deterministic in (False, True):
+        grads = our_grads(q, k, v, dout, is_causal=causal, deterministic=deterministic)
+        assert_grads_close(grads, reference_grads(q, k, v, dout, is_causal=causal), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_attn_mask_and_odd_head_dims_take_the_math_backward():
+    q, k, v, dout = gpu_inputs(1, 2, 1, 50, 60, 40, torch.float32, seed=11)
+    mask = torch.rand(50, 60, device="cuda") > 0.3
+    mask[3] = False
+    grads = our_grads(q, k, v, dout, attn_mask=mask)
+    assert_grads_close(grads, reference_grads(q, k, v, dout, attn_mask=mask), torch.float32)
+
+
+@pytest.mark.gpu
+def test_deterministic_mode_is_bit_identical_across_runs():
+    q, k, v, dout = gpu_inputs(2, 2, 2, 777, 777, 128, torch.bfloat16, seed=13)
+    first = our_grads(q, k, v, dout, is_causal=True, deterministic=True)
+    second = our_grads(q, k, v, dout, is_causal=True, deterministic=True)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    atomic = our_grads(q, k, v, dout, is_causal=True, deterministic=False)
+    for a, b in zip(first, atomic):   # same math, another summation order for dQ only
+        assert relative_error(b, a.double()) <= 1e-2
+
+
+@pytest.mark.gpu
+def test_torch_compile_traces_forward_and_backward():
+    q, k, v, dout = gpu_inputs(1, 2, 2, 200, 200, 64, torch.bfloat16, seed=17)
+
+    def loss(a, b, c):
+        return (sy.attention.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True) * dout).sum()
+
+    compiled = torch.compile(loss, fullgraph=True)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    compiled(*leaves).backward()
+    assert_grads_close([t.grad for t in leaves], reference_grads(q, k, v, dout, is_causal=True), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_small_transformer_trains_like_torch_sdpa():
+    from sympathy.demos import attention_train
+
+    curves = attention_train.train_both(steps=300)
+    ours, theirs = curves["sympathy"], curves["torch-sdpa"]
+    assert ours[-1] < 0.8 * ours[0], "the model did not learn"
+    # Same seed, same data: the curves differ only by bf16 rounding in attention; averaged over the
+    # last 20 steps they agree within 2 %.
+    tail = slice(-20, None)
+    mean_ours, mean_theirs = sum(ours[tail]) / 20, sum(theirs[tail]) / 20
+    assert abs(mean_ours - mean_theirs) <= 0.02 * mean_theirs
