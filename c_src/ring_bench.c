@@ -94,6 +94,20 @@ static int plan_for(int shape, struct shape_plan *p) {
 
 static int64_t triangle(int64_t n) { return n * (n + 1) / 2; }
 
+/* Items through the shape, leaf batches, and whether every consumer summed exactly 1..n of each
+ * producer (threads: producers first, then consumers in plan order). */
+static void summarize(const struct bench_thread *threads, const struct shape_plan *plan,
+                      int64_t per_producer, sy_bench_result *out) {
+    out->items = per_producer * plan->producers;
+    out->batches = 0;
+    out->checksum_ok = 1;
+    for (int c = 0; c < plan->consumers; c++) {
+        const struct bench_thread *t = &threads[plan->producers + c];
+        if (t->sum != plan->producers * triangle(per_producer)) out->checksum_ok = 0;
+        if (plan->leaf[c]) out->batches += t->batches;
+    }
+}
+
 /* ---- the ring shapes ------------------------------------------------------------------------------ */
 
 struct ring_shape {
@@ -166,16 +180,7 @@ int sy_bench_ring(int shape, int wait, int64_t items, int64_t batch, int64_t cap
                                              .items = per_producer * plan.producers};
     for (int i = 0; i < n; i++) threads[i].cpu = cpu_for(cpus, n_cpus, i);
     if (status == SY_OK) status = run_threads(threads, n, &out->seconds);
-    if (status == SY_OK) {
-        out->items = per_producer * plan.producers;
-        out->batches = 0;
-        out->checksum_ok = 1;
-        for (int c = 0; c < plan.consumers; c++) {
-            struct bench_thread *t = &threads[plan.producers + c];
-            if (t->sum != plan.producers * triangle(per_producer)) out->checksum_ok = 0;
-            if (plan.leaf[c]) out->batches += t->batches;
-        }
-    }
+    if (status == SY_OK) summarize(threads, &plan, per_producer, out);
     for (int c = plan.consumers - 1; c >= 0; c--) sy_ring_consumer_close(s.consumers[c]);
     for (int p = 0; p < plan.producers; p++) sy_ring_producer_close(s.producers[p]);
     sy_ring_free(s.ring);
@@ -306,16 +311,7 @@ int sy_bench_mutex_queue(int shape, int64_t items, int64_t capacity, const int *
                                              .items = per_producer * plan.producers};
     for (int i = 0; i < n; i++) threads[i].cpu = cpu_for(cpus, n_cpus, i);
     if (status == SY_OK) status = run_threads(threads, n, &out->seconds);
-    if (status == SY_OK) {
-        out->items = per_producer * plan.producers;
-        out->batches = 0;
-        out->checksum_ok = 1;
-        for (int c = 0; c < plan.consumers; c++) {
-            struct bench_thread *t = &threads[plan.producers + c];
-            if (t->sum != plan.producers * triangle(per_producer)) out->checksum_ok = 0;
-            if (plan.leaf[c]) out->batches += t->batches;
-        }
-    }
+    if (status == SY_OK) summarize(threads, &plan, per_producer, out);
     for (int i = 0; i < ready; i++) mutex_queue_destroy(&s.queues[i]);
     return status;
 }
