@@ -111,7 +111,9 @@ def cachegrind(call: str, setup: str = "", *, functions: Sequence[str] | None = 
         raise ValueError("call must be Python source that runs the region to measure, e.g. \"sy.matmul(a, b)\"")
     default_d1, default_ll = simulated_geometry()
     d1, ll = d1 or default_d1, ll or default_ll
-    root = str(Path(__file__).resolve().parent.parent)
+    from .config import package_parent
+
+    root = str(package_parent())
     script = _CHILD.format(root=root, setup=textwrap.dedent(setup), call=textwrap.dedent(call))
     with tempfile.TemporaryDirectory(prefix="sympathy-cg-") as tmp:
         out = Path(tmp) / "callgrind.out"

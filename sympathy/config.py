@@ -42,3 +42,12 @@ def nvcc_path() -> str | None:
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     candidate = Path(cuda_home or "/usr/local/cuda") / "bin" / "nvcc"
     return str(candidate) if candidate.exists() else None
+
+
+def package_parent() -> Path:
+    """The folder holding this sympathy package (site-packages, or a checkout's root).
+
+    A child `python -c`/`-m` puts its working folder first on sys.path, so a child started here
+    imports this very package, never a source tree that happens to be in the caller's folder.
+    """
+    return Path(__file__).resolve().parent.parent

@@ -4,7 +4,6 @@ The input checks run everywhere torch is installed (CPU tensors: they raise befo
 touched); the kernel tests are marked `gpu` and skip where there is no CUDA GPU.
 """
 import math
-from pathlib import Path
 
 import pytest
 
@@ -108,8 +107,10 @@ def test_import_does_not_import_torch_for_the_cpu_paths():
     import sys
 
     code = "import sys, sympathy as sy; sy.attention.scaled_dot_product_attention; print('torch' in sys.modules)"
-    here = Path(sy.__file__).resolve().parents[1]   # import the sympathy under test, not a source tree in cwd
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=here)
+    from sympathy.config import package_parent   # the sympathy under test, not a source tree in cwd
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=package_parent())
     assert done.stdout.strip() == "False"
 
 

@@ -1,11 +1,10 @@
 """Smoke tests of the `sympathy` command line: every command answers --help and runs cheaply."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-import sympathy
+from sympathy.config import package_parent
 
 from sympathy.cli import available_demos, main
 
@@ -14,7 +13,7 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     # From the folder holding the sympathy under test (the install in CI, the checkout in
     # development), so `-m` imports that one and not a source tree in the current folder.
     return subprocess.run([sys.executable, "-m", "sympathy", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=Path(sympathy.__file__).resolve().parents[1])
+                          timeout=timeout, cwd=package_parent())
 
 
 @pytest.mark.parametrize("args", [[], ["info"], ["demo"], ["bench"], ["cachegrind"], ["build-cuda"]])

@@ -144,7 +144,7 @@ def _process_consumer(name, after, producers, per, seed, registered, results):
 def test_processes_three_producers_three_consumers_pipeline():
     producers, per = 3, TOTAL_ITEMS // 3
     name = f"systress-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    with sy.RingBuffer(4096, ITEM, name=name, producer="multi", wait="blocking") as rb:
+    with sy.RingBuffer(4096, ITEM, name=name, producer="multi", wait="blocking"):
         registered, results = CTX.Queue(), CTX.Queue()
         consumers = []
         after = []

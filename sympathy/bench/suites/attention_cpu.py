@@ -92,11 +92,10 @@ def measure_memory_in_child(name: str, shape: tuple[int, int, int, int], is_caus
     code = ("import json, sys; from sympathy.bench.suites.attention_cpu import _child_main; "
             "print(json.dumps(_child_main(*json.loads(sys.argv[1]))))")
     arg = json.dumps([name, list(shape), is_causal, threads])
-    # Run from the folder that holds this sympathy package, so `-c`'s implicit '' on sys.path finds
-    # this very package (a source checkout in the current folder would otherwise shadow the install).
-    package_parent = Path(__file__).resolve().parents[3]
+    from ...config import package_parent
+
     done = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=900,
-                          cwd=package_parent)
+                          cwd=package_parent())
     if done.returncode != 0:
         print(f"memory probe of {name} {shape} failed (exit {done.returncode}): {done.stderr[-500:]}",
               file=sys.stderr)
@@ -169,7 +168,6 @@ class AttentionCpuSuite(Suite):
     def run(self, args: argparse.Namespace, results: Results) -> None:
         from threadpoolctl import threadpool_limits
 
-        from ... import attention
         from ...affinity import pinned
 
         try:
