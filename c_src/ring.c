@@ -2,22 +2,25 @@
  *
  * Hardware fact exploited: a cache line written by one core and read by another moves between
  * their caches on every write, so each sequence that one side writes and the other reads sits
- * alone on its own 128-byte block, and each side keeps a private cached copy of the other side's
- * sequence so that it touches the shared line only when the cached copy says it must.
+ * alone on its own 128-byte block, each side keeps a private cached copy of the other side's
+ * sequence, and a slot says itself that it is published (a header word in the slot's own line), so
+ * one line transfer hands a consumer both the "published" signal and the item.
  *
  * Memory layout of a ring region (all offsets fixed by struct sy_ring_header; see the asserts):
  *
- *   header   : identity block, cursor, gating cache, wake word, registry, consumer and producer
- *              records: one 128-byte block per independently written field
- *   available: capacity x uint32, multi-producer only: the lap number of the last published
- *              sequence of each slot (LMAX's availableBuffer)
- *   slots    : capacity x slot_size bytes, contiguous so a batch is one NumPy array
+ *   header : identity block, wake word, registry, the hot sequences (cursor, gating cache, one per
+ *            consumer: `sequence_stride` apart, 128 B unless a false-sharing ablation packs them),
+ *            consumer and producer liveness records: one 128-byte block per independently
+ *            written field
+ *   slots  : capacity x slot_stride bytes; each slot is an 8-byte header (the sequence published
+ *            into it, plus one) followed by the item, so a batch is one strided NumPy array
  *
- * Memory-ordering contract: a producer writes a slot's bytes, then publishes with a release store
- * (the cursor, or the slot's availability flag); a consumer acquire-loads that same word before
- * reading the bytes. A consumer releases slots with a release store of its sequence; a producer
- * acquire-loads the gating sequences before overwriting. Dependent consumers acquire-load their
- * upstream consumers' sequences, which transitively carries the producer's release.
+ * Memory-ordering contract: a producer writes a slot's item, then publishes it with a release store
+ * of the slot's header (and, single producer, of the cursor after a batch); a consumer acquire-loads
+ * the header (or the cursor) before reading the item. A consumer releases slots with a release
+ * store of its sequence; a producer acquire-loads the gating sequences before overwriting.
+ * Dependent consumers acquire-load their upstream consumers' sequences, which transitively carries
+ * the producer's release.
  */
 #include "ring.h"
 
@@ -37,17 +40,12 @@
 #include <unistd.h>
 
 #define SY_RING_MAGIC 0x474E495259504D59ull  /* "YMPYRING" little-endian: identifies our segments */
-#define SY_RING_VERSION 1u
+/* 2: per-slot published headers, strided slots, the sequence area (1 had a cursor-only single
+ * producer and a separate lap-number array for multi producers). */
+#define SY_RING_VERSION 2u
 #define NO_SEQUENCE (-1)
 
 /* ---- the shared layout ------------------------------------------------------------------------ */
-
-/* A sequence alone on a 128-byte block: the L2 adjacent-line prefetcher pulls 64-byte lines in
- * pairs, so two hot sequences 64 B apart would still ping-pong (SY_DESTRUCTIVE_SIZE). */
-typedef struct sy_padded_sequence {
-    _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t value;
-} sy_padded_sequence;
-_Static_assert(sizeof(sy_padded_sequence) == SY_DESTRUCTIVE_SIZE, "a sequence owns its block");
 
 /* Immutable after creation: read by everyone, written once, so sharing it costs nothing. */
 typedef struct sy_ring_identity {
@@ -55,22 +53,27 @@ typedef struct sy_ring_identity {
     uint32_t version;
     uint32_t header_bytes;      /* sizeof(struct sy_ring_header): catches layout drift */
     int64_t capacity;
-    int64_t slot_size;
+    int64_t slot_size;          /* bytes of an item */
+    int64_t slot_stride;        /* bytes from one slot's header to the next */
     int32_t producer_kind;
     int32_t wait;
     int32_t max_consumers;
     int32_t max_producers;
-    int64_t available_offset;
+    int32_t sequence_stride;    /* bytes between the hot sequences: 128, or 64/8 for the ablation */
+    int32_t payload_offset;     /* bytes from a slot's header to its item */
     int64_t slots_offset;
     int64_t region_bytes;
     uint64_t checksum;          /* of the fields above: a torn or scribbled header fails attach */
 } sy_ring_identity;
 
-/* The futex word and its waiter count: written only by sleepers and (rarely) by wakers. The count
- * lets a publisher skip the wake syscall when nobody sleeps, which is the common case. */
+/* The futex word: bit 0 says "someone may sleep on this value", the bits above count wakes.
+ * Written only by a waiter about to sleep and by the one publisher that wakes it: a publisher
+ * skips the wake syscall when nobody sleeps (the common case), and while a woken waiter is still
+ * getting back on a CPU the next publishers skip it too (one syscall per sleep, not per publish). */
+#define WAKE_SLEEPER ((uint32_t)1)
+#define WAKE_EPOCH ((uint32_t)2)
 typedef struct sy_ring_wake {
-    _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic uint32_t word;  /* bumped on every wake */
-    _Atomic uint32_t waiters;
+    _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic uint32_t word;
 } sy_ring_wake;
 
 /* Registration state: written only when consumers join or leave, or the stream closes. */
@@ -82,11 +85,20 @@ typedef struct sy_ring_registry {
     _Atomic int32_t producers;          /* live producer handles, for the single-producer check */
 } sy_ring_registry;
 
-/* A consumer's release sequence gets its own block (read by the producers' gating scan and by
- * downstream consumers); its identity and heartbeat sit in a second block so that liveness
- * updates never disturb the hot sequence line. */
+/* The hot sequences: the cursor (written by producers), the shared gating cache (multi producer)
+ * and each consumer's release sequence. Room for each on its own 128-byte block (the L2 spatial
+ * prefetcher pulls 64-byte lines in pairs, so 64 B apart still interferes); a ring placed
+ * `sequence_stride` = 64 or 8 apart uses the same room packed tighter: the false-sharing ablation
+ * runs THIS ring, not a model of it. */
+/* The cursor and consumer 0 come first and adjacent: the SPSC pair, `sequence_stride` apart. */
+enum { SEQ_CURSOR = 0, SEQ_FIRST_CONSUMER = 1, SEQ_GATING_CACHE = SEQ_FIRST_CONSUMER + SY_RING_MAX_CONSUMERS,
+       SEQ_COUNT = SEQ_GATING_CACHE + 1 };
+typedef struct sy_ring_sequences {
+    _Alignas(SY_DESTRUCTIVE_SIZE) unsigned char room[SEQ_COUNT * SY_DESTRUCTIVE_SIZE];
+} sy_ring_sequences;
+
+/* Who a consumer is, apart from its hot sequence: liveness updates never disturb that line. */
 typedef struct sy_consumer_record {
-    sy_padded_sequence sequence;
     _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t pid;
     _Atomic int64_t heartbeat_ns;
     _Atomic uint64_t after_mask;        /* consumers this one runs after */
@@ -99,37 +111,48 @@ typedef struct sy_producer_record {
 
 struct sy_ring_header {
     sy_ring_identity identity;
-    sy_padded_sequence cursor;        /* single: last published; multi: last claimed */
-    sy_padded_sequence gating_cache;  /* multi: min of the gating sequences, shared by producers */
     sy_ring_wake wake;
     sy_ring_registry registry;
+    sy_ring_sequences sequences;
     sy_consumer_record consumers[SY_RING_MAX_CONSUMERS];
     sy_producer_record producers[SY_RING_MAX_PRODUCERS];
 };
 
+/* A slot's header: the sequence last published into it, plus one, so that the zero-filled fresh
+ * region reads "nothing published" without a pass over every page. Stored with release after the
+ * item is written; the consumer spins on it, and the item shares its cache line. */
+typedef struct sy_slot_header {
+    _Atomic int64_t published_plus_one;
+} sy_slot_header;
+#define SLOT_HEADER_BYTES ((int64_t)sizeof(sy_slot_header))
+
 #define BLOCK SY_DESTRUCTIVE_SIZE
 _Static_assert(offsetof(struct sy_ring_header, identity) == 0, "identity first: attach reads it");
 _Static_assert(sizeof(sy_ring_identity) == BLOCK, "identity fits one block");
-_Static_assert(offsetof(struct sy_ring_header, cursor) == 1 * BLOCK, "cursor alone on block 1");
-_Static_assert(offsetof(struct sy_ring_header, gating_cache) == 2 * BLOCK, "gating cache on block 2");
-_Static_assert(offsetof(struct sy_ring_header, wake) == 3 * BLOCK, "wake word on block 3");
-_Static_assert(offsetof(struct sy_ring_header, registry) == 4 * BLOCK, "registry on block 4");
-_Static_assert(offsetof(struct sy_ring_header, consumers) == 5 * BLOCK, "consumers from block 5");
-_Static_assert(sizeof(sy_consumer_record) == 2 * BLOCK, "sequence block + identity block");
-_Static_assert(offsetof(sy_consumer_record, pid) == BLOCK, "identity apart from the sequence");
+_Static_assert(offsetof(sy_ring_identity, version) == 8 && offsetof(sy_ring_identity, capacity) == 16,
+               "version and capacity where every format version keeps them");
+_Static_assert(offsetof(struct sy_ring_header, wake) == 1 * BLOCK, "wake word on block 1");
+_Static_assert(offsetof(struct sy_ring_header, registry) == 2 * BLOCK, "registry on block 2");
+_Static_assert(offsetof(struct sy_ring_header, sequences) == 3 * BLOCK, "hot sequences from block 3");
+_Static_assert(offsetof(struct sy_ring_header, consumers) == (3 + SEQ_COUNT) * BLOCK, "records after them");
+_Static_assert(sizeof(sy_consumer_record) == BLOCK, "one block per consumer record");
 _Static_assert(sizeof(sy_producer_record) == BLOCK, "one block per producer record");
-_Static_assert(sizeof(struct sy_ring_header) % BLOCK == 0, "available[] starts on a block");
+_Static_assert(sizeof(struct sy_ring_header) % BLOCK == 0, "slots start on a block");
+_Static_assert(SLOT_HEADER_BYTES == 8, "an 8-byte header keeps 8-byte items aligned");
 _Static_assert(SY_RING_MAX_CONSUMERS <= 64, "consumer sets are 64-bit masks");
 
 /* ---- per-process handles ------------------------------------------------------------------------ */
 
 struct sy_ring {
     struct sy_ring_header *header;
-    _Atomic uint32_t *available;      /* NULL for a single-producer ring */
-    unsigned char *slots;
+    unsigned char *slots;             /* slot 0's header */
+    _Atomic int64_t *cursor;          /* pointers into the sequence area, placed by its stride */
+    _Atomic int64_t *gating_cache;
+    unsigned char *sequences;
+    int64_t sequence_stride;
     int64_t mask;                     /* capacity - 1 */
-    int index_shift;                  /* log2(capacity): sequence >> shift is its lap */
     int64_t slot_size;
+    int64_t slot_stride;
     int wait;
     int producer_kind;
     int futex_op_flags;               /* FUTEX_PRIVATE_FLAG unless the region is shared */
@@ -151,6 +174,7 @@ struct sy_ring_producer {
 struct sy_ring_consumer {
     _Alignas(SY_DESTRUCTIVE_SIZE) int64_t next;         /* next sequence to read */
     int64_t available_cache;                            /* highest known readable: the read_idx_cache */
+    _Atomic int64_t *sequence;                          /* our release sequence in the shared area */
     sy_ring *ring;
     int record;
     int n_after;
@@ -161,12 +185,21 @@ struct sy_ring_consumer {
 
 static inline int64_t ring_capacity(const sy_ring *r) { return r->mask + 1; }
 
-static inline void *slot_at(const sy_ring *r, int64_t sequence) {
-    return r->slots + (size_t)(sequence & r->mask) * (size_t)r->slot_size;
+static inline _Atomic int64_t *consumer_sequence(const sy_ring *r, int record) {
+    return (_Atomic int64_t *)(r->sequences + (SEQ_FIRST_CONSUMER + record) * r->sequence_stride);
 }
 
-static inline uint32_t lap_of(const sy_ring *r, int64_t sequence) {
-    return (uint32_t)((uint64_t)sequence >> r->index_shift);  /* wraps mod 2^32: equality suffices */
+static inline sy_slot_header *slot_header(const sy_ring *r, int64_t sequence) {
+    return (sy_slot_header *)(r->slots + (size_t)(sequence & r->mask) * (size_t)r->slot_stride);
+}
+
+static inline void *item_at(const sy_ring *r, int64_t sequence) {
+    return (unsigned char *)slot_header(r, sequence) + SLOT_HEADER_BYTES;
+}
+
+/* acquire: the item written before the producer's release store of this header is visible. */
+static inline bool slot_published(const sy_ring *r, int64_t sequence) {
+    return atomic_load_explicit(&slot_header(r, sequence)->published_plus_one, memory_order_acquire) == sequence + 1;
 }
 
 static int64_t deadline_from(int64_t timeout_ns) {
@@ -208,7 +241,7 @@ static int64_t minimum_gating(const sy_ring *r, int64_t no_consumers_value) {
     int64_t minimum = no_consumers_value;
     for (; leaves; leaves &= leaves - 1) {
         int i = __builtin_ctzll(leaves);
-        int64_t s = atomic_load_explicit(&r->header->consumers[i].sequence.value, memory_order_acquire);
+        int64_t s = atomic_load_explicit(consumer_sequence(r, i), memory_order_acquire);
         if (s < minimum) minimum = s;
     }
     return minimum;
@@ -239,6 +272,25 @@ static bool any_consumer_dead(const sy_ring *r, uint64_t among) {
     return false;
 }
 
+static int64_t highest_published(const sy_ring *r, int64_t want);
+
+/* Upstream consumers that left without closing (detached): frozen, they will release no more. */
+static bool any_consumer_detached(const sy_ring *r, uint64_t among) {
+    uint64_t active = among & atomic_load_explicit(&r->header->registry.active_consumers, memory_order_acquire);
+    for (; active; active &= active - 1)
+        if (atomic_load_explicit(&r->header->consumers[__builtin_ctzll(active)].pid, memory_order_acquire) == 0)
+            return true;
+    return false;
+}
+
+/* Once the stream is closed: is nothing left for a consumer that wants `want`? The producers publish
+ * before closing, so a look at what THEY published cannot miss their final items. A consumer that
+ * runs after others is not drained while they still hold published items for it, unless one of them
+ * has detached and will never pass them on. */
+static bool stream_drained(const sy_ring *r, int64_t want, uint64_t upstream) {
+    return highest_published(r, want) < want || any_consumer_detached(r, upstream);
+}
+
 /* ---- wait strategies ------------------------------------------------------------------------------
  *
  * A wait is a probe (is what I want there yet?), a deadline, and the side it waits on. Each
@@ -249,6 +301,7 @@ struct sy_wait {
     int64_t (*probe)(void *ctx, int64_t want);  /* returns >= want when ready */
     void *ctx;
     int64_t want;
+    int64_t timeout_ns;                         /* < 0: none; turned into deadline_ns by wait_for */
     int64_t deadline_ns;
     int64_t next_liveness_ns;
     _Atomic int64_t *heartbeat;                 /* this waiter's own liveness record */
@@ -262,8 +315,7 @@ static int wait_checkpoint(struct sy_wait *w) {
     int64_t now = (int64_t)sy_now_ns();
     sy_ring_registry *reg = &w->ring->header->registry;
     if (atomic_load_explicit(&reg->closed, memory_order_acquire)) {
-        /* The producers publish before closing: a last probe cannot miss their final items. */
-        if (w->side == WAITING_FOR_SPACE || w->probe(w->ctx, w->want) < w->want) return SY_ECLOSED;
+        if (w->side == WAITING_FOR_SPACE || stream_drained(w->ring, w->want, w->upstream)) return SY_ECLOSED;
     }
     if (now >= w->next_liveness_ns) {
         w->next_liveness_ns = now + LIVENESS_PERIOD_NS;
@@ -336,9 +388,9 @@ static int wait_sleep(struct sy_wait *w, int64_t *got) {
 /* Use when waits are long and the waiter must cost nothing (threads > cores, idle pipelines): the
  * waiter sleeps on a futex and the other side wakes it. A sleep and its wake cost tens of
  * microseconds on a VM, so it first spins briefly and yields a few times: a reply that is already
- * on its way never pays for the kernel round trip. The waiter count is incremented before the
- * re-check (seq_cst RMW) and the publisher stores, fences and then reads the count: at least one of
- * them sees the other (Dekker), so a wake is never lost. */
+ * on its way never pays for the kernel round trip. The waiter sets the sleeper bit, fences and
+ * re-checks; the publisher stores, fences and then reads the bit: at least one of them sees the
+ * other (Dekker), so a wake is never lost. */
 static int wait_blocking(struct sy_wait *w, int64_t *got) {
     enum { SPIN_PHASE = 64, YIELD_PHASE = SPIN_PHASE + 16 };
     sy_ring_wake *wake = &w->ring->header->wake;
@@ -354,22 +406,28 @@ static int wait_blocking(struct sy_wait *w, int64_t *got) {
             sched_yield();
             continue;
         }
-        atomic_fetch_add_explicit(&wake->waiters, 1, memory_order_seq_cst);
-        uint32_t seen = atomic_load_explicit(&wake->word, memory_order_seq_cst);
-        if ((*got = w->probe(w->ctx, w->want)) >= w->want) {
-            atomic_fetch_sub_explicit(&wake->waiters, 1, memory_order_relaxed);
-            return SY_OK;
-        }
+        uint32_t seen = atomic_fetch_or_explicit(&wake->word, WAKE_SLEEPER, memory_order_relaxed) | WAKE_SLEEPER;
+        atomic_thread_fence(memory_order_seq_cst); /* StoreLoad: the sleeper bit before the re-check */
+        if ((*got = w->probe(w->ctx, w->want)) >= w->want) return SY_OK;  /* a stale bit costs one wake */
         /* Sleep at most until the deadline or the next liveness check, whichever comes first. */
         int64_t now = (int64_t)sy_now_ns();
         int64_t nap = LIVENESS_PERIOD_NS;
         if (w->deadline_ns - now < nap) nap = w->deadline_ns - now > 0 ? w->deadline_ns - now : 0;
         futex_wait(&wake->word, seen, nap, w->ring->futex_op_flags);
-        atomic_fetch_sub_explicit(&wake->waiters, 1, memory_order_relaxed);
     }
 }
 
+/* Probes a waiter makes before it reads the clock: a handoff already on its way (the other side
+ * is one cache-line transfer from done) never pays for two clock_gettime calls on its critical
+ * path. Every strategy starts by spinning at least this long anyway. */
+#define SPINS_BEFORE_CLOCK 32
+
 static int wait_for(struct sy_wait *w, int64_t *got) {
+    for (int i = 0; i < SPINS_BEFORE_CLOCK; i++) {
+        sy_cpu_relax();
+        if ((*got = w->probe(w->ctx, w->want)) >= w->want) return SY_OK;
+    }
+    w->deadline_ns = deadline_from(w->timeout_ns);  /* late by the spins above: tens of ns */
     w->next_liveness_ns = (int64_t)sy_now_ns() + LIVENESS_PERIOD_NS;
     switch (w->ring->wait) {
     case SY_WAIT_BUSY_SPIN: return wait_busy_spin(w, got);
@@ -382,11 +440,18 @@ static int wait_for(struct sy_wait *w, int64_t *got) {
 /* The other half of the blocking strategy: after a release store that a sleeper may wait for. */
 static inline void wake_waiters(sy_ring *r) {
     if (r->wait != SY_WAIT_BLOCKING) return;
-    atomic_thread_fence(memory_order_seq_cst); /* StoreLoad: our publish before the waiter count */
+    atomic_thread_fence(memory_order_seq_cst); /* StoreLoad: our publish before the sleeper bit */
     sy_ring_wake *wake = &r->header->wake;
-    if (atomic_load_explicit(&wake->waiters, memory_order_relaxed) == 0) return;
-    atomic_fetch_add_explicit(&wake->word, 1, memory_order_release);
-    futex_wake_all(&wake->word, r->futex_op_flags);
+    uint32_t word = atomic_load_explicit(&wake->word, memory_order_relaxed);
+    /* Whoever clears the bit wakes everyone asleep on the old value; a sleeper arriving after sees
+     * a new value (its futex_wait returns at once) or our publish in its re-check. */
+    while (word & WAKE_SLEEPER) {
+        if (atomic_compare_exchange_weak_explicit(&wake->word, &word, (word + WAKE_EPOCH) & ~WAKE_SLEEPER,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            futex_wake_all(&wake->word, r->futex_op_flags);
+            return;
+        }
+    }
 }
 
 /* ---- region creation, attach, validation --------------------------------------------------------- */
@@ -402,60 +467,75 @@ static uint64_t identity_checksum(const sy_ring_identity *id) {
 
 static int64_t align_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-static int layout_for(int64_t capacity, int64_t slot_size, int producer_kind,
-                      int64_t *available_offset, int64_t *slots_offset, int64_t *region_bytes) {
+/* Header plus item, rounded so that a slot never straddles a cache line it need not: up to 56-byte
+ * items get a power-of-two stride (16, 32, 64: the header and the whole item share one line);
+ * larger ones start on a line, so the header and the item's first bytes arrive together. */
+static int64_t slot_stride_for(int64_t slot_size) {
+    int64_t bytes = SLOT_HEADER_BYTES + slot_size;
+    if (bytes > SY_CACHE_LINE) return align_up(bytes, SY_CACHE_LINE);
+    int64_t stride = 2 * SLOT_HEADER_BYTES;
+    while (stride < bytes) stride *= 2;
+    return stride;
+}
+
+static bool valid_sequence_stride(int64_t stride) {
+    return stride == SY_DESTRUCTIVE_SIZE || stride == SY_CACHE_LINE || stride == (int64_t)sizeof(int64_t);
+}
+
+static int layout_for(int64_t capacity, int64_t slot_size, int64_t *slot_stride, int64_t *slots_offset,
+                      int64_t *region_bytes) {
     if (capacity < 2 || (capacity & (capacity - 1)) || capacity > ((int64_t)1 << 40)) return SY_EINVAL;
     if (slot_size < 1 || slot_size > ((int64_t)1 << 30)) return SY_EINVAL;
-    if (capacity > (INT64_MAX / 4) / slot_size) return SY_EINVAL;
-    int64_t available_bytes = producer_kind == SY_RING_MULTI_PRODUCER ? capacity * (int64_t)sizeof(uint32_t) : 0;
-    *available_offset = (int64_t)sizeof(struct sy_ring_header);
-    *slots_offset = align_up(*available_offset + available_bytes, BLOCK);
-    *region_bytes = align_up(*slots_offset + capacity * slot_size, 4096);
+    *slot_stride = slot_stride_for(slot_size);
+    if (capacity > (INT64_MAX / 4) / *slot_stride) return SY_EINVAL;
+    *slots_offset = (int64_t)sizeof(struct sy_ring_header);
+    *region_bytes = align_up(*slots_offset + capacity * *slot_stride, 4096);
     return SY_OK;
 }
 
 int sy_ring_validate(const void *region, int64_t region_bytes) {
-    if (region_bytes < (int64_t)sizeof(struct sy_ring_header)) return SY_EINVAL;
+    if (region_bytes < (int64_t)sizeof(sy_ring_identity)) return SY_EINVAL;
     const sy_ring_identity *id = &((const struct sy_ring_header *)region)->identity;
     /* acquire: pairs with the creator's release of the magic, so the fields below are complete */
     if (atomic_load_explicit(&id->magic, memory_order_acquire) != SY_RING_MAGIC) return SY_EINVAL;
-    if (id->version != SY_RING_VERSION) return SY_EINVAL;
+    /* Our magic in another format: say so (the caller names both versions) rather than "corrupt". */
+    if (id->version != SY_RING_VERSION) return SY_EUNSUPPORTED;
+    if (region_bytes < (int64_t)sizeof(struct sy_ring_header)) return SY_EINVAL;
     if (id->header_bytes != sizeof(struct sy_ring_header)) return SY_EINVAL;
     if (id->checksum != identity_checksum(id)) return SY_EINVAL;
     if (id->producer_kind != SY_RING_SINGLE_PRODUCER && id->producer_kind != SY_RING_MULTI_PRODUCER) return SY_EINVAL;
     if (id->wait < SY_WAIT_BUSY_SPIN || id->wait > SY_WAIT_BLOCKING) return SY_EINVAL;
     if (id->max_consumers != SY_RING_MAX_CONSUMERS || id->max_producers != SY_RING_MAX_PRODUCERS) return SY_EINVAL;
-    int64_t available_offset, slots_offset, bytes;
-    if (layout_for(id->capacity, id->slot_size, id->producer_kind, &available_offset, &slots_offset, &bytes) != SY_OK)
-        return SY_EINVAL;
-    if (available_offset != id->available_offset || slots_offset != id->slots_offset) return SY_EINVAL;
+    if (!valid_sequence_stride(id->sequence_stride) || id->payload_offset != SLOT_HEADER_BYTES) return SY_EINVAL;
+    int64_t slot_stride, slots_offset, bytes;
+    if (layout_for(id->capacity, id->slot_size, &slot_stride, &slots_offset, &bytes) != SY_OK) return SY_EINVAL;
+    if (slot_stride != id->slot_stride || slots_offset != id->slots_offset) return SY_EINVAL;
     if (bytes != id->region_bytes || bytes > region_bytes) return SY_EINVAL;
     return SY_OK;
 }
 
-static void init_region(struct sy_ring_header *h, const sy_ring_config *c, int64_t available_offset,
-                        int64_t slots_offset, int64_t region_bytes) {
-    /* The region comes zeroed from mmap/ftruncate; only the non-zero fields are set. */
+uint32_t sy_ring_format_version(void) { return SY_RING_VERSION; }
+
+static void init_region(struct sy_ring_header *h, const sy_ring_config *c, int64_t sequence_stride,
+                        int64_t slot_stride, int64_t slots_offset, int64_t region_bytes) {
+    /* The region comes zeroed from mmap/ftruncate; only the non-zero fields are set. Zeroed slot
+     * headers already read "unpublished" (they hold sequence + 1). */
     sy_ring_identity *id = &h->identity;
     id->version = SY_RING_VERSION;
     id->header_bytes = sizeof(struct sy_ring_header);
     id->capacity = c->capacity;
     id->slot_size = c->slot_size;
+    id->slot_stride = slot_stride;
     id->producer_kind = c->producer_kind;
     id->wait = c->wait;
     id->max_consumers = SY_RING_MAX_CONSUMERS;
     id->max_producers = SY_RING_MAX_PRODUCERS;
-    id->available_offset = available_offset;
+    id->sequence_stride = (int32_t)sequence_stride;
+    id->payload_offset = (int32_t)SLOT_HEADER_BYTES;
     id->slots_offset = slots_offset;
     id->region_bytes = region_bytes;
-    atomic_init(&h->cursor.value, NO_SEQUENCE);
-    atomic_init(&h->gating_cache.value, NO_SEQUENCE);
-    for (int i = 0; i < SY_RING_MAX_CONSUMERS; i++) atomic_init(&h->consumers[i].sequence.value, NO_SEQUENCE);
-    if (c->producer_kind == SY_RING_MULTI_PRODUCER) {
-        /* Lap 0xFFFFFFFF is "the lap before 0": no slot reads as published before it is. */
-        _Atomic uint32_t *available = (_Atomic uint32_t *)((unsigned char *)h + available_offset);
-        for (int64_t i = 0; i < c->capacity; i++) atomic_init(&available[i], UINT32_MAX);
-    }
+    for (int i = 0; i < SEQ_COUNT; i++)
+        atomic_init((_Atomic int64_t *)(h->sequences.room + i * sequence_stride), NO_SEQUENCE);
     id->checksum = identity_checksum(id);
     /* The magic goes last, with release: an attacher that sees it sees the rest. */
     atomic_store_explicit(&id->magic, SY_RING_MAGIC, memory_order_release);
@@ -467,13 +547,15 @@ static int wrap_region(void *region, size_t bytes, int shared, sy_ring **out) {
     struct sy_ring_header *h = region;
     r->header = h;
     r->mask = h->identity.capacity - 1;
-    r->index_shift = __builtin_ctzll((unsigned long long)h->identity.capacity);
     r->slot_size = h->identity.slot_size;
+    r->slot_stride = h->identity.slot_stride;
     r->wait = h->identity.wait;
     r->producer_kind = h->identity.producer_kind;
-    r->available = h->identity.producer_kind == SY_RING_MULTI_PRODUCER
-                       ? (_Atomic uint32_t *)((unsigned char *)region + h->identity.available_offset) : NULL;
     r->slots = (unsigned char *)region + h->identity.slots_offset;
+    r->sequences = h->sequences.room;
+    r->sequence_stride = h->identity.sequence_stride;
+    r->cursor = (_Atomic int64_t *)(r->sequences + SEQ_CURSOR * r->sequence_stride);
+    r->gating_cache = (_Atomic int64_t *)(r->sequences + SEQ_GATING_CACHE * r->sequence_stride);
     r->shared = shared;
     r->futex_op_flags = shared ? 0 : FUTEX_PRIVATE_FLAG;
     r->region_bytes = bytes;
@@ -491,8 +573,10 @@ int sy_ring_create(const sy_ring_config *c, const char *name, sy_ring **out) {
     if (!c || !out) return SY_EINVAL;
     if (c->producer_kind != SY_RING_SINGLE_PRODUCER && c->producer_kind != SY_RING_MULTI_PRODUCER) return SY_EINVAL;
     if (c->wait < SY_WAIT_BUSY_SPIN || c->wait > SY_WAIT_BLOCKING) return SY_EINVAL;
-    int64_t available_offset, slots_offset, bytes;
-    int status = layout_for(c->capacity, c->slot_size, c->producer_kind, &available_offset, &slots_offset, &bytes);
+    int64_t sequence_stride = c->sequence_stride ? c->sequence_stride : SY_DESTRUCTIVE_SIZE;
+    if (!valid_sequence_stride(sequence_stride)) return SY_EINVAL;
+    int64_t slot_stride, slots_offset, bytes;
+    int status = layout_for(c->capacity, c->slot_size, &slot_stride, &slots_offset, &bytes);
     if (status != SY_OK) return status;
     if (name && !valid_name(name)) return SY_EINVAL;
     void *region;
@@ -519,7 +603,7 @@ int sy_ring_create(const sy_ring_config *c, const char *name, sy_ring **out) {
             return SY_EOS;
         }
     }
-    init_region(region, c, available_offset, slots_offset, bytes);
+    init_region(region, c, sequence_stride, slot_stride, slots_offset, bytes);
     status = wrap_region(region, (size_t)bytes, name != NULL, out);
     if (status != SY_OK) {
         munmap(region, (size_t)bytes);
@@ -539,7 +623,7 @@ int sy_ring_attach(const char *name, sy_ring **out) {
         errno = saved;
         return SY_EOS;
     }
-    if (st.st_size < (off_t)sizeof(struct sy_ring_header)) {
+    if (st.st_size < (off_t)sizeof(sy_ring_identity)) {
         close(fd);
         return SY_EINVAL;
     }
@@ -579,30 +663,35 @@ int sy_ring_get_info(const sy_ring *r, sy_ring_info *out) {
     out->wait = id->wait;
     out->shared = r->shared;
     out->closed = atomic_load_explicit(&r->header->registry.closed, memory_order_acquire);
-    out->cursor = atomic_load_explicit(&r->header->cursor.value, memory_order_acquire);
+    out->cursor = atomic_load_explicit(r->cursor, memory_order_acquire);
     out->region_bytes = id->region_bytes;
     out->header_bytes = (int64_t)sizeof(struct sy_ring_header);
     out->slots_offset = id->slots_offset;
+    out->slot_stride = id->slot_stride;
+    out->payload_offset = id->payload_offset;
+    out->sequence_stride = id->sequence_stride;
     return SY_OK;
 }
 
-void *sy_ring_slots(const sy_ring *r) { return r->slots; }
+void *sy_ring_slots(const sy_ring *r) { return r->slots + SLOT_HEADER_BYTES; }
 
 int sy_ring_close_stream(sy_ring *r) {
     atomic_store_explicit(&r->header->registry.closed, 1, memory_order_release);
     /* Every sleeper must re-check, whatever the strategy flag says. */
-    atomic_thread_fence(memory_order_seq_cst); /* StoreLoad: closed before the waiter count */
-    atomic_fetch_add_explicit(&r->header->wake.word, 1, memory_order_release);
+    atomic_fetch_add_explicit(&r->header->wake.word, WAKE_EPOCH, memory_order_seq_cst); /* new value: no sleeper stays */
     futex_wake_all(&r->header->wake.word, r->futex_op_flags);
     return SY_OK;
 }
 
-int sy_ring_layout_offsets(int64_t *out, int n) {
+int sy_ring_layout_offsets(const sy_ring *r, int64_t *out, int n) {
+    const unsigned char *base = (const unsigned char *)r->header;
     const int64_t offsets[] = {
-        offsetof(struct sy_ring_header, cursor), offsetof(struct sy_ring_header, gating_cache),
+        (const unsigned char *)r->cursor - base, (const unsigned char *)r->gating_cache - base,
+        (const unsigned char *)consumer_sequence(r, 0) - base, (const unsigned char *)consumer_sequence(r, 1) - base,
         offsetof(struct sy_ring_header, wake), offsetof(struct sy_ring_header, registry),
         offsetof(struct sy_ring_header, consumers), offsetof(struct sy_ring_header, producers),
         sizeof(sy_consumer_record), sizeof(sy_producer_record), sizeof(struct sy_ring_header),
+        r->slots - base, r->slot_stride, SLOT_HEADER_BYTES,
         offsetof(struct sy_ring_producer, gating_cache), offsetof(struct sy_ring_consumer, available_cache),
     };
     int count = (int)(sizeof offsets / sizeof offsets[0]);
@@ -627,7 +716,7 @@ int sy_ring_peers(const sy_ring *r, sy_ring_peer *out, int max_peers) {
         int64_t pid = atomic_load_explicit(&c->pid, memory_order_acquire);
         out[n++] = (sy_ring_peer){.kind = 1, .index = i, .pid = pid,
                                   .heartbeat_ns = atomic_load_explicit(&c->heartbeat_ns, memory_order_relaxed),
-                                  .sequence = atomic_load_explicit(&c->sequence.value, memory_order_acquire),
+                                  .sequence = atomic_load_explicit(consumer_sequence(r, i), memory_order_acquire),
                                   .after_mask = atomic_load_explicit(&c->after_mask, memory_order_relaxed),
                                   .alive = pid_alive(pid)};
     }
@@ -690,7 +779,7 @@ int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
     ring_retain(r);
     p->ring = r;
     p->record = record;
-    p->next_claim = atomic_load_explicit(&r->header->cursor.value, memory_order_acquire);
+    p->next_claim = atomic_load_explicit(r->cursor, memory_order_acquire);
     p->gating_cache = NO_SEQUENCE;
     *out = p;
     return SY_OK;
@@ -715,6 +804,7 @@ struct space_probe {
 
 /* "Ready" when the minimum gating sequence has reached the wrap point we need. */
 static int64_t probe_space(void *ctx, int64_t wrap_point) {
+    (void)wrap_point;  /* the wait compares the minimum with it */
     struct space_probe *s = ctx;
     return minimum_gating(s->ring, s->no_consumers_value);
 }
@@ -723,7 +813,7 @@ static int wait_for_space(sy_ring_producer *p, int64_t wrap_point, int64_t claim
                           int64_t *gating) {
     struct space_probe probe = {.ring = p->ring, .no_consumers_value = claimed};
     struct sy_wait w = {.ring = p->ring, .probe = probe_space, .ctx = &probe, .want = wrap_point,
-                        .deadline_ns = deadline_from(timeout_ns), .side = WAITING_FOR_SPACE,
+                        .timeout_ns = timeout_ns, .side = WAITING_FOR_SPACE,
                         .heartbeat = &p->ring->header->producers[p->record].heartbeat_ns};
     return wait_for(&w, gating);
 }
@@ -748,18 +838,18 @@ static int claim_single(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int6
  * One uncontended RMW, but a claim cannot be undone, so it is used only when the caller will wait
  * as long as the consumers live; a dead consumer or a closed stream still ends the wait. */
 static int claim_multi_untimed(sy_ring_producer *p, int64_t n, int64_t *hi) {
-    struct sy_ring_header *h = p->ring->header;
-    int64_t current = atomic_fetch_add_explicit(&h->cursor.value, n, memory_order_relaxed);
+    sy_ring *r = p->ring;
+    int64_t current = atomic_fetch_add_explicit(r->cursor, n, memory_order_relaxed);
     int64_t next = current + n;
-    int64_t wrap_point = next - ring_capacity(p->ring);
-    int64_t cached = atomic_load_explicit(&h->gating_cache.value, memory_order_acquire);
+    int64_t wrap_point = next - ring_capacity(r);
+    int64_t cached = atomic_load_explicit(r->gating_cache, memory_order_acquire);
     /* cached > current: the cache predates a consumer joining at the cursor; refresh it. */
     if (wrap_point > cached || cached > current) {
         int64_t gating;
         int status = wait_for_space(p, wrap_point, current, -1, &gating);
         if (status != SY_OK) return status;
         /* release: a producer trusting this cache inherits our acquire of the consumer sequences */
-        atomic_store_explicit(&h->gating_cache.value, gating, memory_order_release);
+        atomic_store_explicit(r->gating_cache, gating, memory_order_release);
     }
     *hi = next;
     return SY_OK;
@@ -768,24 +858,24 @@ static int claim_multi_untimed(sy_ring_producer *p, int64_t n, int64_t *hi) {
 /* Multi producer with a deadline: claim by compare-and-swap only once the space is there (LMAX's
  * tryNext), so a timeout leaves no claimed-but-never-published hole behind. */
 static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *hi) {
-    struct sy_ring_header *h = p->ring->header;
+    sy_ring *r = p->ring;
     int64_t deadline = deadline_from(timeout_ns);
     for (;;) {
-        int64_t current = atomic_load_explicit(&h->cursor.value, memory_order_relaxed);
+        int64_t current = atomic_load_explicit(r->cursor, memory_order_relaxed);
         int64_t next = current + n;
-        int64_t wrap_point = next - ring_capacity(p->ring);
-        int64_t cached = atomic_load_explicit(&h->gating_cache.value, memory_order_acquire);
+        int64_t wrap_point = next - ring_capacity(r);
+        int64_t cached = atomic_load_explicit(r->gating_cache, memory_order_acquire);
         if (wrap_point > cached || cached > current) {
-            int64_t gating = minimum_gating(p->ring, current);
+            int64_t gating = minimum_gating(r, current);
             if (wrap_point > gating) {
                 int64_t left = deadline - (int64_t)sy_now_ns();
                 int status = wait_for_space(p, wrap_point, current, left > 0 ? left : 0, &gating);
                 if (status != SY_OK) return status;
             }
-            atomic_store_explicit(&h->gating_cache.value, gating, memory_order_release);
+            atomic_store_explicit(r->gating_cache, gating, memory_order_release);
             if (wrap_point > gating) continue;
         }
-        if (atomic_compare_exchange_weak_explicit(&h->cursor.value, &current, next, memory_order_relaxed,
+        if (atomic_compare_exchange_weak_explicit(r->cursor, &current, next, memory_order_relaxed,
                                                   memory_order_relaxed)) {
             *hi = next;
             return SY_OK;
@@ -800,33 +890,64 @@ int sy_ring_claim(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *h
     return timeout_ns < 0 ? claim_multi_untimed(p, n, hi) : claim_multi_timed(p, n, timeout_ns, hi);
 }
 
-void sy_ring_publish(sy_ring_producer *p, int64_t lo, int64_t hi) {
-    sy_ring *r = p->ring;
-    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) {
-        /* release: the slot bytes written before are visible to whoever acquires the cursor */
-        atomic_store_explicit(&r->header->cursor.value, hi, memory_order_release);
-    } else {
-        /* Each slot says for itself that its lap is in: a consumer never reads a slot that a slower
-         * producer, holding an earlier claim, has not finished. */
-        for (int64_t s = lo; s <= hi; s++)
-            atomic_store_explicit(&r->available[s & r->mask], lap_of(r, s), memory_order_release);
-    }
+/* Each slot says for itself that it is in (release: its item, written before, is visible to a
+ * consumer that acquires the header). One rule for both sequencers: under a multi producer a
+ * consumer never reads a slot that a slower producer, holding an earlier claim, has not finished
+ * (LMAX's availableBuffer, here in the slot's own line). */
+static inline void mark_published(sy_ring *r, int64_t sequence) {
+    atomic_store_explicit(&slot_header(r, sequence)->published_plus_one, sequence + 1, memory_order_release);
+}
+
+/* After the headers. Single producer: the cursor says "everything up to hi", so a consumer far
+ * behind learns a whole batch from one line instead of scanning headers; nobody reads it on the
+ * item-at-a-time path, so its line stays in our cache and the store costs no transfer there. */
+static inline void finish_publish(sy_ring *r, int64_t hi) {
+    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) atomic_store_explicit(r->cursor, hi, memory_order_release);
     wake_waiters(r);
 }
 
-/* Copy n items into or out of the ring starting at `sequence`, in at most two pieces (wrap). */
-static void copy_in(sy_ring *r, int64_t sequence, const unsigned char *src, int64_t n) {
-    int64_t first = sequence & r->mask;
-    int64_t head = n < ring_capacity(r) - first ? n : ring_capacity(r) - first;
-    memcpy(slot_at(r, sequence), src, (size_t)(head * r->slot_size));
-    if (head < n) memcpy(r->slots, src + head * r->slot_size, (size_t)((n - head) * r->slot_size));
+void sy_ring_publish(sy_ring_producer *p, int64_t lo, int64_t hi) {
+    for (int64_t s = lo; s <= hi; s++) mark_published(p->ring, s);
+    finish_publish(p->ring, hi);
 }
 
-static void copy_out(const sy_ring *r, int64_t sequence, unsigned char *dst, int64_t n) {
-    int64_t first = sequence & r->mask;
-    int64_t head = n < ring_capacity(r) - first ? n : ring_capacity(r) - first;
-    memcpy(dst, slot_at(r, sequence), (size_t)(head * r->slot_size));
-    if (head < n) memcpy(dst + head * r->slot_size, r->slots, (size_t)((n - head) * r->slot_size));
+/* How many of the `left` items from `sequence` on sit before the ring's end: a copy walks the
+ * slots in at most two runs, stepping a pointer by the slot stride instead of masking and
+ * multiplying per item. */
+static inline int64_t run_before_end(const sy_ring *r, int64_t sequence, int64_t left) {
+    int64_t room = ring_capacity(r) - (sequence & r->mask);
+    return left < room ? left : room;
+}
+
+/* Copy n items in, publishing each slot as its item lands: one pass over the slot lines, and a
+ * consumer may start on the first items while the last are still being copied. 8-byte items
+ * (int64, float64: the Python fast paths) get a fixed-size copy, which compiles to one move. */
+static void copy_in_and_publish(sy_ring *r, int64_t lo, const unsigned char *src, int64_t n) {
+    const size_t size = (size_t)r->slot_size, stride = (size_t)r->slot_stride;
+    for (int64_t done = 0, run; done < n; done += run) {
+        int64_t sequence = lo + done;
+        run = run_before_end(r, sequence, n - done);
+        unsigned char *slot = (unsigned char *)slot_header(r, sequence);
+        for (int64_t i = 0; i < run; i++, slot += stride, src += size) {
+            if (size == sizeof(int64_t)) memcpy(slot + SLOT_HEADER_BYTES, src, sizeof(int64_t));
+            else memcpy(slot + SLOT_HEADER_BYTES, src, size);
+            /* release: the item above before the header (as in mark_published) */
+            atomic_store_explicit(&((sy_slot_header *)slot)->published_plus_one, sequence + i + 1,
+                                  memory_order_release);
+        }
+    }
+}
+
+static void copy_out(const sy_ring *r, int64_t lo, unsigned char *dst, int64_t n) {
+    const size_t size = (size_t)r->slot_size, stride = (size_t)r->slot_stride;
+    for (int64_t done = 0, run; done < n; done += run) {
+        run = run_before_end(r, lo + done, n - done);
+        const unsigned char *item = item_at(r, lo + done);
+        for (int64_t i = 0; i < run; i++, item += stride, dst += size) {
+            if (size == sizeof(int64_t)) memcpy(dst, item, sizeof(int64_t));
+            else memcpy(dst, item, size);
+        }
+    }
 }
 
 int sy_ring_write(sy_ring_producer *p, const void *items, int64_t n, int64_t timeout_ns, int64_t *written) {
@@ -841,8 +962,8 @@ int sy_ring_write(sy_ring_producer *p, const void *items, int64_t n, int64_t tim
         int64_t hi;
         int status = sy_ring_claim(p, chunk, timeout_ns < 0 ? -1 : (left > 0 ? left : 0), &hi);
         if (status != SY_OK) return status;
-        copy_in(r, hi - chunk + 1, src + *written * r->slot_size, chunk);
-        sy_ring_publish(p, hi - chunk + 1, hi);
+        copy_in_and_publish(r, hi - chunk + 1, src + *written * r->slot_size, chunk);
+        finish_publish(r, hi);
         *written += chunk;
     }
     return SY_OK;
@@ -852,8 +973,9 @@ int sy_ring_write_one(sy_ring_producer *p, const void *item, int64_t timeout_ns)
     int64_t hi;
     int status = sy_ring_claim(p, 1, timeout_ns, &hi);
     if (status != SY_OK) return status;
-    memcpy(slot_at(p->ring, hi), item, (size_t)p->ring->slot_size);
-    sy_ring_publish(p, hi, hi);
+    memcpy(item_at(p->ring, hi), item, (size_t)p->ring->slot_size);
+    mark_published(p->ring, hi);
+    finish_publish(p->ring, hi);
     return SY_OK;
 }
 
@@ -898,13 +1020,13 @@ int sy_ring_consumer_open(sy_ring *r, const int *after, int n_after, sy_ring_con
     }
     /* Start where the upstream stands: a late joiner sees what is published after it joins, and it
      * never gates the producers more loosely than what it replaces (its start <= theirs). */
-    int64_t start = atomic_load_explicit(&h->cursor.value, memory_order_acquire);
+    int64_t start = atomic_load_explicit(r->cursor, memory_order_acquire);
     for (uint64_t a = after_mask; a; a &= a - 1) {
-        int64_t s = atomic_load_explicit(&h->consumers[__builtin_ctzll(a)].sequence.value, memory_order_acquire);
+        int64_t s = atomic_load_explicit(consumer_sequence(r, __builtin_ctzll(a)), memory_order_acquire);
         if (s < start) start = s;
     }
     sy_consumer_record *rec = &h->consumers[record];
-    atomic_store_explicit(&rec->sequence.value, start, memory_order_release);
+    atomic_store_explicit(consumer_sequence(r, record), start, memory_order_release);
     atomic_store_explicit(&rec->after_mask, after_mask, memory_order_relaxed);
     atomic_store_explicit(&rec->heartbeat_ns, (int64_t)sy_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&rec->pid, (int64_t)getpid(), memory_order_relaxed);
@@ -917,6 +1039,7 @@ int sy_ring_consumer_open(sy_ring *r, const int *after, int n_after, sy_ring_con
     ring_retain(r);
     c->ring = r;
     c->record = record;
+    c->sequence = consumer_sequence(r, record);
     c->next = start + 1;
     c->available_cache = start;
     c->n_after = 0;
@@ -965,32 +1088,44 @@ int sy_ring_consumer_index(const sy_ring_consumer *c) { return c->record; }
 
 /* The shared sequence, not the private `next`: safe to read from any thread or process. */
 int64_t sy_ring_consumer_sequence(const sy_ring_consumer *c) {
-    return atomic_load_explicit(&c->ring->header->consumers[c->record].sequence.value, memory_order_acquire);
+    return atomic_load_explicit(c->sequence, memory_order_acquire);
 }
 
-/* Multi producer: the highest sequence from `want` on whose slot carries its own lap number. */
-static int64_t highest_published(const sy_ring *r, int64_t want, int64_t claimed) {
-    for (int64_t s = want; s <= claimed; s++)
-        if (atomic_load_explicit(&r->available[s & r->mask], memory_order_acquire) != lap_of(r, s)) return s - 1;
-    return claimed;
+/* Slots a consumer checks one by one before a single-producer ring's cursor is asked instead. */
+#define PUBLISHED_SCAN 8
+
+/* The highest sequence from `want` on that the producers have published (want - 1: none yet).
+ * The first probe is want's own header: on the item-at-a-time path that one line carries the
+ * signal and the item together (the cursor would be a second, dependent transfer). A run of
+ * published slots is followed header by header; a long one is read from the cursor (single
+ * producer: it covers everything up to it) or followed to its end (multi: only the headers know).
+ * The scan ends within a lap: slot want + capacity cannot be published before we release want. */
+static int64_t highest_published(const sy_ring *r, int64_t want) {
+    int64_t s = want, scan_end = want + PUBLISHED_SCAN;
+    while (s < scan_end && slot_published(r, s)) s++;
+    if (s < scan_end) return s - 1;
+    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) {
+        /* The cursor is stored after a batch's headers, so it may still lag the headers we saw. */
+        int64_t cursor = atomic_load_explicit(r->cursor, memory_order_acquire);
+        return cursor > s - 1 ? cursor : s - 1;
+    }
+    for (int64_t lap_end = want + ring_capacity(r); s < lap_end && slot_published(r, s);) s++;
+    return s - 1;
 }
 
 /* The barrier: upstream consumers if this one runs after any, the producers otherwise. */
 static int64_t probe_data(void *ctx, int64_t want) {
     sy_ring_consumer *c = ctx;
     const sy_ring *r = c->ring;
-    const struct sy_ring_header *h = r->header;
     if (c->n_after) {
         int64_t minimum = INT64_MAX;
         for (int i = 0; i < c->n_after; i++) {
-            int64_t s = atomic_load_explicit(&h->consumers[c->after[i]].sequence.value, memory_order_acquire);
+            int64_t s = atomic_load_explicit(consumer_sequence(r, c->after[i]), memory_order_acquire);
             if (s < minimum) minimum = s;
         }
         return minimum;  /* upstream released only what the producers had published */
     }
-    int64_t cursor = atomic_load_explicit(&h->cursor.value, memory_order_acquire);
-    if (r->producer_kind == SY_RING_SINGLE_PRODUCER || cursor < want) return cursor;
-    return highest_published(r, want, cursor);
+    return highest_published(r, want);
 }
 
 static uint64_t upstream_mask(const sy_ring_consumer *c) {
@@ -1008,7 +1143,7 @@ int sy_ring_wait_for(sy_ring_consumer *c, int64_t timeout_ns, int64_t *hi) {
     int64_t got = probe_data(c, want);
     if (got < want) {
         struct sy_wait w = {.ring = c->ring, .probe = probe_data, .ctx = c, .want = want,
-                            .deadline_ns = deadline_from(timeout_ns), .side = WAITING_FOR_DATA,
+                            .timeout_ns = timeout_ns, .side = WAITING_FOR_DATA,
                             .heartbeat = &c->ring->header->consumers[c->record].heartbeat_ns,
                             .upstream = upstream_mask(c)};
         int status = wait_for(&w, &got);
@@ -1019,9 +1154,11 @@ int sy_ring_wait_for(sy_ring_consumer *c, int64_t timeout_ns, int64_t *hi) {
     return SY_OK;
 }
 
+/* One store per batch, to a line only we write: producers read it only when their cached copy of
+ * the gating minimum runs out (about once a lap), so on the per-item path it stays in our cache. */
 void sy_ring_release(sy_ring_consumer *c, int64_t upto) {
     /* release: our reads of the slots happen before a producer, acquiring this, overwrites them */
-    atomic_store_explicit(&c->ring->header->consumers[c->record].sequence.value, upto, memory_order_release);
+    atomic_store_explicit(c->sequence, upto, memory_order_release);
     c->next = upto + 1;
     wake_waiters(c->ring);
 }
@@ -1058,8 +1195,39 @@ int sy_ring_read_one(sy_ring_consumer *c, void *dst, int64_t timeout_ns) {
     int64_t hi;
     int status = sy_ring_wait_for(c, timeout_ns, &hi);
     if (status != SY_OK) return status;
-    memcpy(dst, slot_at(c->ring, c->next), (size_t)c->ring->slot_size);
+    memcpy(dst, item_at(c->ring, c->next), (size_t)c->ring->slot_size);
     sy_ring_release(c, c->next);
     return SY_OK;
 }
 
+
+/* ---- the event poller (LMAX EventPoller): a consumer that is polled, never waits ------------------ */
+
+int sy_ring_poll_ready(sy_ring_consumer *c, int64_t *hi) {
+    const sy_ring *r = c->ring;
+    int64_t want = c->next;
+    /* acquire, and read before the probe: the producers publish before closing, so a probe after
+     * seeing "closed" cannot miss their last items */
+    bool closed = atomic_load_explicit(&r->header->registry.closed, memory_order_acquire);
+    int64_t got = c->available_cache >= want ? c->available_cache : probe_data(c, want);
+    *hi = got >= want ? got : want - 1;
+    if (got >= want) {
+        c->available_cache = got;
+        return SY_POLL_PROCESSING;
+    }
+    if (closed && stream_drained(r, want, upstream_mask(c))) return SY_ECLOSED;
+    /* The cursor is past us (claimed by a producer still writing, or published but not yet
+     * released by the consumers we run after): something is coming. */
+    if (atomic_load_explicit(r->cursor, memory_order_acquire) >= want) return SY_POLL_GATING;
+    return SY_POLL_IDLE;
+}
+
+int sy_ring_poll(sy_ring_consumer *c, sy_ring_event_handler handler, void *ctx) {
+    int64_t hi;
+    int state = sy_ring_poll_ready(c, &hi);
+    if (state != SY_POLL_PROCESSING) return state;
+    int64_t s = c->next;
+    for (bool more = true; s <= hi && more; s++) more = handler(ctx, item_at(c->ring, s), s, s == hi) != 0;
+    sy_ring_release(c, s - 1);  /* what the handler saw, up to where it asked to stop */
+    return SY_POLL_PROCESSING;
+}

@@ -2,9 +2,9 @@
  * (c_src/ring_bench.c).
  *
  * One ring is one memory region: a header of 128-byte blocks (sequences, registries, liveness
- * records), a per-slot availability array, then `capacity` fixed-size slots. The region lives in
- * private memory or in a named POSIX shared-memory segment, so producers and consumers can be
- * threads of one process or separate processes; the code path is the same.
+ * records), then `capacity` fixed-size slots, each an 8-byte "published" header and the item. The
+ * region lives in private memory or in a named POSIX shared-memory segment, so producers and
+ * consumers can be threads of one process or separate processes; the code path is the same.
  *
  * Sequences count items from 0; -1 means "nothing yet". A producer claims sequences, writes their
  * slots and publishes them; a consumer waits on a barrier (the producers' cursor or, for a
@@ -45,6 +45,8 @@ typedef struct sy_ring_config {
     int64_t slot_size;     /* bytes per item, >= 1 */
     int producer_kind;     /* enum sy_ring_producer_kind */
     int wait;              /* enum sy_ring_wait */
+    int sequence_stride;   /* bytes between the hot sequences: 0 (= 128, the right choice), or 64 or 8
+                              to measure false sharing on this very ring */
 } sy_ring_config;
 
 typedef struct sy_ring_info {
@@ -57,7 +59,10 @@ typedef struct sy_ring_info {
     int64_t cursor;        /* single producer: last published; multi: last claimed */
     int64_t region_bytes;
     int64_t header_bytes;
-    int64_t slots_offset;  /* byte offset of slot 0 within the region */
+    int64_t slots_offset;  /* byte offset of slot 0's header within the region */
+    int64_t slot_stride;   /* bytes from one slot to the next */
+    int64_t payload_offset;/* bytes from a slot's header to its item */
+    int64_t sequence_stride;
 } sy_ring_info;
 
 typedef struct sy_ring_peer {
@@ -77,12 +82,14 @@ int sy_ring_attach(const char *name, sy_ring **out);
  * A named segment stays until sy_ring_unlink. */
 void sy_ring_free(sy_ring *ring);
 int sy_ring_unlink(const char *name);                /* removes a named segment (stale or not) */
-int sy_ring_validate(const void *region, int64_t region_bytes);  /* header checks used by attach */
+/* Header checks used by attach: SY_EUNSUPPORTED for a ring of another format version. */
+int sy_ring_validate(const void *region, int64_t region_bytes);
+uint32_t sy_ring_format_version(void);              /* the version this build creates and attaches */
 int sy_ring_get_info(const sy_ring *ring, sy_ring_info *out);
-void *sy_ring_slots(const sy_ring *ring);            /* base of slot 0 */
+void *sy_ring_slots(const sy_ring *ring);            /* slot 0's item; the next is slot_stride on */
 int sy_ring_close_stream(sy_ring *ring);             /* end of stream: consumers drain, then SY_ECLOSED */
 int sy_ring_peers(const sy_ring *ring, sy_ring_peer *out, int max_peers);
-int sy_ring_layout_offsets(int64_t *out, int n);     /* offsets of the hot fields, for tests */
+int sy_ring_layout_offsets(const sy_ring *ring, int64_t *out, int n);  /* where the hot fields are, for tests */
 
 /* ---- producers ---- */
 int sy_ring_producer_open(sy_ring *ring, sy_ring_producer **out);
@@ -118,6 +125,21 @@ int sy_ring_read_one(sy_ring_consumer *consumer, void *dst, int64_t timeout_ns);
  * readers that buffer what they took: one FFI crossing per batch instead of per item. */
 int sy_ring_read_ahead(sy_ring_consumer *consumer, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out);
 
+/* ---- the event poller: LMAX's EventPoller, a consumer that is polled and never waits ---- */
+enum sy_ring_poll_state {
+    SY_POLL_PROCESSING = 0,  /* events were ready (handed to the handler) */
+    SY_POLL_GATING = 1,      /* more is claimed or published, but not yet readable by this consumer */
+    SY_POLL_IDLE = 2,        /* nothing new */
+};
+/* Returns nonzero to go on with the batch, 0 to stop after this event (it counts as processed). */
+typedef int (*sy_ring_event_handler)(void *ctx, const void *event, int64_t sequence, int end_of_batch);
+/* Never waits. A poll state, or SY_ECLOSED once the stream is closed and drained. PROCESSING sets
+ * *hi to the last readable sequence (the first is sy_ring_consumer_sequence + 1); the caller
+ * handles them and calls sy_ring_release. */
+int sy_ring_poll_ready(sy_ring_consumer *consumer, int64_t *hi);
+/* sy_ring_poll_ready, then the handler on each ready event in order, then the release. */
+int sy_ring_poll(sy_ring_consumer *consumer, sy_ring_event_handler handler, void *ctx);
+
 /* ---- C-level benchmarks (c_src/ring_bench.c): threads created and pinned in C ---- */
 enum sy_bench_shape {
     SY_SHAPE_UNICAST = 0,     /* P -> C */
@@ -141,8 +163,10 @@ int sy_bench_mutex_queue(int shape, int64_t items, int64_t capacity, const int *
                          sy_bench_result *out);
 /* Round trips through two 1P-1C rings; rtt_ns[i] receives each round trip. */
 int sy_bench_pingpong(int wait, int64_t rounds, const int *cpus, int n_cpus, int64_t *rtt_ns);
-/* Single-producer single-consumer item-at-a-time ring with its two indices (and their cached
- * copies) packed into one line (padding 0), 64 B apart, or 128 B apart. */
+/* The floor: the same round trips through two bare flags (no ring), each on its own block. */
+int sy_bench_pingpong_flags(int64_t rounds, const int *cpus, int n_cpus, int64_t *rtt_ns);
+/* The ring itself, one producer and one consumer item at a time, with its hot sequences (cursor,
+ * gating cache, consumer sequences) packed 8 B apart (padding 0 or 8), 64 B apart, or 128 B apart. */
 int sy_bench_false_sharing(int padding, int64_t items, const int *cpus, int n_cpus, sy_bench_result *out);
 /* CDEF END */
 

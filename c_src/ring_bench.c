@@ -116,19 +116,33 @@ struct ring_shape {
     sy_ring_consumer *consumers[3];
 };
 
+/* The int64 item of a sequence: items sit one slot stride apart (each behind its published header). */
+struct item_view {
+    unsigned char *first;
+    int64_t stride;
+    int64_t mask;
+};
+
+static struct item_view items_of(sy_ring *ring) {
+    sy_ring_info info;
+    sy_ring_get_info(ring, &info);
+    return (struct item_view){sy_ring_slots(ring), info.slot_stride, info.capacity - 1};
+}
+
+static inline int64_t *item_ptr(struct item_view v, int64_t sequence) {
+    return (int64_t *)(v.first + (sequence & v.mask) * v.stride);
+}
+
 /* Values 1..items, so that every consumer's sum is known in advance. */
 static void ring_producer_body(struct bench_thread *t) {
     struct ring_shape *s = t->shared;
     sy_ring_producer *p = s->producers[t->role];
-    int64_t *slots = sy_ring_slots(s->ring);
-    sy_ring_info info;
-    sy_ring_get_info(s->ring, &info);
-    int64_t mask = info.capacity - 1;
+    struct item_view items = items_of(s->ring);
     for (int64_t done = 0; done < t->items;) {
         int64_t n = t->items - done < t->batch ? t->items - done : t->batch;
         int64_t hi;
         if ((t->status = sy_ring_claim(p, n, -1, &hi)) != SY_OK) return;
-        for (int64_t s = hi - n + 1, v = done + 1; s <= hi; s++, v++) slots[s & mask] = v;
+        for (int64_t s = hi - n + 1, v = done + 1; s <= hi; s++, v++) *item_ptr(items, s) = v;
         sy_ring_publish(p, hi - n + 1, hi);
         done += n;
     }
@@ -137,15 +151,12 @@ static void ring_producer_body(struct bench_thread *t) {
 static void ring_consumer_body(struct bench_thread *t) {
     struct ring_shape *s = t->shared;
     sy_ring_consumer *c = s->consumers[t->role];
-    const int64_t *slots = sy_ring_slots(s->ring);
-    sy_ring_info info;
-    sy_ring_get_info(s->ring, &info);
-    int64_t mask = info.capacity - 1;
+    struct item_view items = items_of(s->ring);
     int64_t next = sy_ring_consumer_sequence(c) + 1;
     for (int64_t seen = 0; seen < t->items;) {
         int64_t hi;
         if ((t->status = sy_ring_wait_for(c, -1, &hi)) != SY_OK) return;
-        for (int64_t s = next; s <= hi; s++) t->sum += slots[s & mask];
+        for (int64_t s = next; s <= hi; s++) t->sum += *item_ptr(items, s);
         seen += hi - next + 1;
         t->batches++;
         sy_ring_release(c, hi);
@@ -374,104 +385,101 @@ int sy_bench_pingpong(int wait, int64_t rounds, const int *cpus, int n_cpus, int
     return status;
 }
 
-/* ---- false-sharing ablation --------------------------------------------------------------------------
- * The same single-producer single-consumer algorithm in three layouts. The producer writes
- * `write_idx` and its cached copy of `read_idx`; the consumer writes `read_idx` and its cached copy
- * of `write_idx`. Packed: all four share one 64-byte line, so every write by either side steals the
- * line from the other. Line: the two sides 64 B apart, adjacent lines that the L2 spatial prefetcher
- * still pairs. Block: 128 B apart, fully independent (the layout the real ring uses). */
-
-struct spsc_packed {
-    _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t write_idx;
-    int64_t read_idx_cache;
-    _Atomic int64_t read_idx;
-    int64_t write_idx_cache;
-};
-_Static_assert(offsetof(struct spsc_packed, read_idx) == 16, "packed: both sides in one line");
-
-struct spsc_line {
-    _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t write_idx;
-    int64_t read_idx_cache;
-    _Alignas(SY_CACHE_LINE) _Atomic int64_t read_idx;  /* next line: apart, but prefetch-paired */
-    int64_t write_idx_cache;
-};
-_Static_assert(offsetof(struct spsc_line, read_idx) == SY_CACHE_LINE, "line: sides 64 B apart");
-
-struct spsc_block {
-    _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t write_idx;
-    int64_t read_idx_cache;
-    _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t read_idx;  /* own 128-byte block */
-    int64_t write_idx_cache;
-};
-_Static_assert(offsetof(struct spsc_block, read_idx) == SY_DESTRUCTIVE_SIZE, "block: sides 128 B apart");
-
-#define SPSC_CAPACITY 1024
-
-struct spsc_bench {
-    void *indices;         /* one of the three layouts */
-    int64_t *slots;
+/* The floor under any handoff: two flags, each alone on its block, each written by one thread and
+ * spun on by the other. One round trip is two cache-line handoffs each way (the writer takes the
+ * line back, the reader fetches it), exactly what one ring item costs at best. The anchor of the
+ * ping-pong rows: the ring's round trip over this one, measured in the same run. */
+struct bare_flags {
+    _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t ping;
+    _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t pong;  /* own block: written by the other thread */
+    int64_t *rtt_ns;
 };
 
-/* One producer and one consumer body per layout, generated: the algorithm is identical, only the
- * field offsets differ, which is the point of the ablation. */
-#define DEFINE_SPSC_BODIES(layout)                                                                   \
-    static void layout##_produce(struct bench_thread *t) {                                           \
-        struct spsc_bench *b = t->shared;                                                            \
-        struct layout *q = b->indices;                                                               \
-        for (int64_t v = 1; v <= t->items; v++) {                                                    \
-            int64_t w = atomic_load_explicit(&q->write_idx, memory_order_relaxed); /* ours */        \
-            while (w - q->read_idx_cache == SPSC_CAPACITY) {                                         \
-                q->read_idx_cache = atomic_load_explicit(&q->read_idx, memory_order_acquire);        \
-                sy_cpu_relax();                                                                      \
-            }                                                                                        \
-            b->slots[w & (SPSC_CAPACITY - 1)] = v;                                                   \
-            atomic_store_explicit(&q->write_idx, w + 1, memory_order_release);                       \
-        }                                                                                            \
-    }                                                                                                \
-    static void layout##_consume(struct bench_thread *t) {                                           \
-        struct spsc_bench *b = t->shared;                                                            \
-        struct layout *q = b->indices;                                                               \
-        for (int64_t seen = 0; seen < t->items; seen++) {                                            \
-            int64_t r = atomic_load_explicit(&q->read_idx, memory_order_relaxed); /* ours */         \
-            while (r == q->write_idx_cache) {                                                        \
-                q->write_idx_cache = atomic_load_explicit(&q->write_idx, memory_order_acquire);      \
-                sy_cpu_relax();                                                                      \
-            }                                                                                        \
-            t->sum += b->slots[r & (SPSC_CAPACITY - 1)];                                             \
-            atomic_store_explicit(&q->read_idx, r + 1, memory_order_release);                        \
-        }                                                                                            \
+static void bare_ping_body(struct bench_thread *t) {
+    struct bare_flags *f = t->shared;
+    for (int64_t i = 1; i <= t->items; i++) {
+        uint64_t t0 = sy_now_ns();
+        atomic_store_explicit(&f->ping, i, memory_order_release);
+        while (atomic_load_explicit(&f->pong, memory_order_acquire) != i) sy_cpu_relax();
+        f->rtt_ns[i - 1] = (int64_t)(sy_now_ns() - t0);
     }
+}
 
-DEFINE_SPSC_BODIES(spsc_packed)
-DEFINE_SPSC_BODIES(spsc_line)
-DEFINE_SPSC_BODIES(spsc_block)
+static void bare_pong_body(struct bench_thread *t) {
+    struct bare_flags *f = t->shared;
+    for (int64_t i = 1; i <= t->items; i++) {
+        while (atomic_load_explicit(&f->ping, memory_order_acquire) != i) sy_cpu_relax();
+        atomic_store_explicit(&f->pong, i, memory_order_release);
+    }
+}
+
+int sy_bench_pingpong_flags(int64_t rounds, const int *cpus, int n_cpus, int64_t *rtt_ns) {
+    if (rounds < 1 || !rtt_ns) return SY_EINVAL;
+    struct bare_flags *f = aligned_alloc(SY_DESTRUCTIVE_SIZE, sizeof *f);
+    if (!f) return SY_ENOMEM;
+    atomic_init(&f->ping, 0);
+    atomic_init(&f->pong, 0);
+    f->rtt_ns = rtt_ns;
+    struct bench_thread threads[2] = {
+        {.body = bare_ping_body, .shared = f, .items = rounds, .cpu = cpu_for(cpus, n_cpus, 0)},
+        {.body = bare_pong_body, .shared = f, .items = rounds, .cpu = cpu_for(cpus, n_cpus, 1)},
+    };
+    double seconds;
+    int status = run_threads(threads, 2, &seconds);
+    free(f);
+    return status;
+}
+
+/* ---- false-sharing ablation --------------------------------------------------------------------------
+ * THE ring (ring.c, unchanged code), one producer and one consumer passing one int64 at a time,
+ * created with its hot sequences 128 B apart (its normal layout), 64 B apart (adjacent lines, which
+ * the L2 spatial prefetcher pairs), or packed 8 B apart in one line. The producer stores the cursor
+ * on every publish and the consumer its sequence on every read: packed, each store has to take the
+ * line back from the other core, although neither side ever reads the other's field there. */
+
+struct false_sharing {
+    sy_ring_producer *producer;
+    sy_ring_consumer *consumer;
+};
+
+static void false_sharing_produce(struct bench_thread *t) {
+    struct false_sharing *fs = t->shared;
+    for (int64_t v = 1; v <= t->items; v++)
+        if ((t->status = sy_ring_write_one(fs->producer, &v, -1)) != SY_OK) return;
+}
+
+static void false_sharing_consume(struct bench_thread *t) {
+    struct false_sharing *fs = t->shared;
+    for (int64_t seen = 0, v; seen < t->items; seen++) {
+        if ((t->status = sy_ring_read_one(fs->consumer, &v, -1)) != SY_OK) return;
+        t->sum += v;
+    }
+}
 
 int sy_bench_false_sharing(int padding, int64_t items, const int *cpus, int n_cpus, sy_bench_result *out) {
-    bench_body produce, consume;
-    switch (padding) {
-    case 0: produce = spsc_packed_produce, consume = spsc_packed_consume; break;
-    case SY_CACHE_LINE: produce = spsc_line_produce, consume = spsc_line_consume; break;
-    case SY_DESTRUCTIVE_SIZE: produce = spsc_block_produce, consume = spsc_block_consume; break;
-    default: return SY_EINVAL;
-    }
-    if (items < 1) return SY_EINVAL;
-    struct spsc_bench b = {
-        .indices = aligned_alloc(SY_DESTRUCTIVE_SIZE, 2 * SY_DESTRUCTIVE_SIZE),
-        .slots = aligned_alloc(SY_DESTRUCTIVE_SIZE, SPSC_CAPACITY * sizeof(int64_t)),
-    };
-    int status = b.indices && b.slots ? SY_OK : SY_ENOMEM;
+    if (padding == 0) padding = sizeof(int64_t);  /* packed: one int64 after the other */
+    if ((padding != sizeof(int64_t) && padding != SY_CACHE_LINE && padding != SY_DESTRUCTIVE_SIZE) || items < 1)
+        return SY_EINVAL;
+    sy_ring_config config = {.capacity = 1024, .slot_size = sizeof(int64_t), .wait = SY_WAIT_BUSY_SPIN,
+                             .producer_kind = SY_RING_SINGLE_PRODUCER, .sequence_stride = padding};
+    sy_ring *ring;
+    int status = sy_ring_create(&config, NULL, &ring);
+    if (status != SY_OK) return status;
+    struct false_sharing fs = {0};
+    status = sy_ring_consumer_open(ring, NULL, 0, &fs.consumer);
+    if (status == SY_OK) status = sy_ring_producer_open(ring, &fs.producer);
     if (status == SY_OK) {
-        memset(b.indices, 0, 2 * SY_DESTRUCTIVE_SIZE);
         struct bench_thread threads[2] = {
-            {.body = produce, .shared = &b, .items = items, .cpu = cpu_for(cpus, n_cpus, 0)},
-            {.body = consume, .shared = &b, .items = items, .cpu = cpu_for(cpus, n_cpus, 1)},
+            {.body = false_sharing_produce, .shared = &fs, .items = items, .cpu = cpu_for(cpus, n_cpus, 0)},
+            {.body = false_sharing_consume, .shared = &fs, .items = items, .cpu = cpu_for(cpus, n_cpus, 1)},
         };
         status = run_threads(threads, 2, &out->seconds);
         out->items = items;
         out->batches = items;
         out->checksum_ok = threads[1].sum == triangle(items);
     }
-    free(b.indices);
-    free(b.slots);
+    if (fs.producer) sy_ring_producer_close(fs.producer);
+    if (fs.consumer) sy_ring_consumer_close(fs.consumer);
+    sy_ring_free(ring);
     return status;
 }

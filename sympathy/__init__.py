@@ -18,5 +18,5 @@ from .topology import topology
 # ---- subjects: one C file and one module each ----
 from . import attention, lab
 from .matmul import MATMUL_KERNELS, matmul, matmul_python
-from .ring import Consumer, Disruptor, EventHandlerGroup, RingBuffer
+from .ring import Consumer, Disruptor, EventHandlerGroup, EventPoller, PollState, RingBuffer
 from .softmax import online_softmax, softmax

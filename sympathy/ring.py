@@ -18,6 +18,7 @@ runs out. A closed stream (after `close_stream()` and once drained) or a dead pe
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import queue
 import re
@@ -29,7 +30,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ._errors import SY_ECLOSED, SY_EINVAL, SY_ETIMEDOUT, ClosedError, check
+from ._errors import SY_ECLOSED, SY_EINVAL, SY_ETIMEDOUT, SY_EUNSUPPORTED, ClosedError, check
 
 try:
     from ._ring import ffi, lib
@@ -37,12 +38,13 @@ except ImportError as exc:  # pragma: no cover - only without a build
     raise ImportError("sympathy._ring is not built: run `pip install .` or "
                       "`python sympathy/_build/ring_build.py`") from exc
 
-__all__ = ["RingBuffer", "Consumer", "WAITS", "PRODUCERS"]
+__all__ = ["RingBuffer", "Consumer", "EventPoller", "PollState", "WAITS", "PRODUCERS"]
 
 # Bound once: a module-global lookup is cheaper than `lib.name` on the per-item paths.
 _write_one, _write_i64 = lib.sy_ring_write_one, lib.sy_ring_write_i64
 _read_one, _read_ahead = lib.sy_ring_read_one, lib.sy_ring_read_ahead
 READ_AHEAD = 256  # items get() may take in one C call (plain numeric dtypes, no consumer after it)
+SCRATCH_BYTES = 1 << 20  # get_batch lands in a kept buffer up to this size; larger asks allocate exactly
 
 WAITS = {"busy_spin": lib.SY_WAIT_BUSY_SPIN, "yield": lib.SY_WAIT_YIELD, "sleep": lib.SY_WAIT_SLEEP,
          "blocking": lib.SY_WAIT_BLOCKING}
@@ -66,6 +68,16 @@ def _segment_name(name: str) -> bytes:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"name must be 1..200 characters from [A-Za-z0-9_.-]; got {name!r}")
     return ("/" + name).encode()
+
+
+def _segment_version(name: str) -> str:
+    """The format version word of a named segment (offset 8 in every version), for error messages."""
+    try:
+        with open(f"/dev/shm/{name}", "rb") as f:
+            f.seek(8)
+            return str(int.from_bytes(f.read(4), sys.byteorder))
+    except OSError:
+        return "unknown"
 
 
 def _describe(status: int, what: str) -> None:
@@ -116,6 +128,12 @@ class RingBuffer:
         status = lib.sy_ring_attach(c_name, out)
         if status != 0:
             err = ffi.errno
+            if status == SY_EUNSUPPORTED:
+                raise ValueError(f"ring {name!r} is not a valid sympathy ring for this version: its shared-memory "
+                                 f"format is version {_segment_version(name)}, this sympathy reads version "
+                                 f"{lib.sy_ring_format_version()} only; recreate the ring with this sympathy "
+                                 f"(RingBuffer.cleanup({name!r}) removes the old one) or attach with the "
+                                 f"sympathy that made it")
             if status == SY_EINVAL:
                 raise ValueError(f"ring {name!r} is not a valid sympathy ring (bad magic, version, "
                                  f"checksum or size): refusing to attach")
@@ -167,10 +185,13 @@ class RingBuffer:
         self._producer_lock = threading.Lock()
         self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         self._closed = False
-        raw = ffi.buffer(lib.sy_ring_slots(handle), self.capacity * self.item_size)
+        # Each slot is an 8-byte "published" header followed by the item, so the items sit one
+        # slot_stride apart: a strided (not contiguous) array over the ring, zero-copy all the same.
         # Raw rings (item_size=) look like a (capacity, item_size) uint8 array, typed rings like 1-D.
-        self._slots = (np.frombuffer(raw, dtype=dtype) if dtype is not None
-                       else np.frombuffer(raw, dtype=np.uint8).reshape(self.capacity, self.item_size))
+        stride = int(info.slot_stride)
+        raw = ffi.buffer(lib.sy_ring_slots(handle), (self.capacity - 1) * stride + self.item_size)
+        self._slots = (np.ndarray((self.capacity,), dtype=dtype, buffer=raw, strides=(stride,)) if dtype is not None
+                       else np.ndarray((self.capacity, self.item_size), np.uint8, buffer=raw, strides=(stride, 1)))
         self._row_shape = self._slots.shape[1:]
         self._pack, self._unpack = _scalar_codec(dtype)
         self._int64 = dtype is not None and dtype == np.dtype(np.int64)
@@ -215,13 +236,16 @@ class RingBuffer:
         Batches up to `capacity` items are claimed at once: all or nothing. Larger batches go in
         capacity-sized pieces; a timeout part-way raises queue.Full saying how many went out.
         """
-        t = _timeout_ns(timeout)
+        t = -1 if timeout is None else _timeout_ns(timeout)
         array = self._as_batch(items)
         n = len(array)
         if n == 0:
             return
-        written = ffi.new("int64_t *")
-        status = lib.sy_ring_write(self._producer_handle(), ffi.from_buffer(array), n, t, written)
+        producer = self._producer
+        if producer is None:
+            producer = self._producer_handle()
+        written = ffi.new("int64_t *")  # per call: several threads may publish to a multi-producer ring
+        status = lib.sy_ring_write(producer, ffi.from_buffer(array), n, t, written)
         if status:
             self._raise(status, f"publishing a batch ({written[0]} of {n} items published)", queue.Full)
 
@@ -271,13 +295,23 @@ class RingBuffer:
         self._check_open()
         indices = []
         for a in after:
-            index = a.index if isinstance(a, Consumer) else a
+            index = a.index if isinstance(a, (Consumer, EventPoller)) else a
             if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < MAX_CONSUMERS:
                 raise ValueError(f"after must hold consumers or indices in [0, {MAX_CONSUMERS}); got {a!r}")
             indices.append(int(index))
         consumer = Consumer(self, indices)
         self._consumers.add(consumer)
         return consumer
+
+    def poller(self, after: Sequence["Consumer | EventPoller | int"] = ()) -> "EventPoller":
+        """A consumer you poll from your own loop instead of one that waits (LMAX's EventPoller).
+
+        `poller.poll(handler)` hands every ready event to `handler(event, sequence, end_of_batch)`
+        and returns at once with a PollState: PROCESSING (events were handled), GATING (more is
+        on its way: claimed by a producer still writing, or not yet released by the consumers it
+        runs after) or IDLE (nothing new). It never waits and never releases the GIL for long.
+        """
+        return EventPoller(self.consumer(after))
 
     # ---- introspection and lifetime --------------------------------------------------------------
     def peers(self) -> list[dict]:
@@ -376,6 +410,8 @@ class RingBuffer:
                 raise ValueError(f"a batch of raw items must be a uint8 array of shape (n, "
                                  f"{self.item_size}); got {array.dtype} {array.shape}")
             return np.ascontiguousarray(array)
+        if type(items) is np.ndarray and items.dtype is self.dtype and items.ndim == 1 and items.flags.c_contiguous:
+            return items  # the common case, checked in the fewest steps
         if not isinstance(items, np.ndarray):
             raise TypeError(f"items must be a NumPy array of dtype {self.dtype}; got {type(items).__name__}")
         if items.dtype != self.dtype:
@@ -406,6 +442,7 @@ class Consumer:
         self._hi = ffi.new("int64_t *")
         self._closed = False
         self._ahead: list = []  # taken by get() ahead of time, last item first
+        self._scratch = self._scratch_ptr = None  # get_batch's landing buffer
         if ring._unpack is not None:
             self._ahead_array = np.empty(READ_AHEAD, dtype=ring.dtype)
             self._ahead_buf = memoryview(self._ahead_array).cast("B")
@@ -486,15 +523,34 @@ class Consumer:
             if status:
                 ring._raise(status, "waiting for a batch", queue.Empty)
             return out[:self._n[0]]
+        max_n = min(max_n, ring.capacity)  # never more is ready
+        if max_n * ring.item_size <= SCRATCH_BYTES:
+            # One C call (wait + copy + release) into a scratch buffer kept for the next call, then
+            # a NumPy copy sized to what came: every C call releases the GIL, and with another
+            # Python thread running each release costs a GIL handoff (docs/ring.md, threads batched).
+            scratch, pointer = self._scratch_for(max_n)
+            status = lib.sy_ring_read(self._handle, pointer, max_n, t, self._n)
+            if status:
+                ring._raise(status, "waiting for a batch", queue.Empty)
+            return scratch[:self._n[0]].copy()
+        # Large items: wait, then allocate exactly what is ready (no max_n-sized scratch to keep).
         status = lib.sy_ring_wait_for(self._handle, t, self._hi)
         if status:
             ring._raise(status, "waiting for a batch", queue.Empty)
-        n = min(self._hi[0] - self.sequence, max_n)
+        n = min(self._hi[0] - lib.sy_ring_consumer_sequence(self._handle), max_n)
         batch = np.empty((n, *ring._row_shape), dtype=ring._slots.dtype)
         status = lib.sy_ring_read(self._handle, ffi.from_buffer(batch), n, 0, self._n)
         if status:  # the n items were ready a moment ago and only we consume them
             ring._raise(status, "reading a batch", queue.Empty)
         return batch
+
+    def _scratch_for(self, n: int):
+        """A buffer of at least n items (grown, never shrunk; at most the ring's capacity)."""
+        if self._scratch is None or len(self._scratch) < n:
+            ring = self._ring
+            self._scratch = np.empty((n, *ring._row_shape), dtype=ring._slots.dtype)
+            self._scratch_ptr = ffi.from_buffer(self._scratch)
+        return self._scratch, self._scratch_ptr
 
     @contextlib.contextmanager
     def view_batch(self, max_n: int, timeout: float | None = None) -> Iterator[np.ndarray]:
@@ -568,6 +624,95 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"Consumer(index={self.index}, after={self.after})"
+
+
+class PollState(enum.IntEnum):
+    """What EventPoller.poll found (LMAX's PollState); the values are the C enum's."""
+    PROCESSING = lib.SY_POLL_PROCESSING
+    GATING = lib.SY_POLL_GATING
+    IDLE = lib.SY_POLL_IDLE
+
+
+class EventPoller:
+    """LMAX's EventPoller: a consumer driven by your loop, `poll(handler)` -> PollState.
+
+    Make one with `rb.poller(after=[...])`. Other consumers may run after it (`after=[poller]`).
+    The handler gets `(event, sequence, end_of_batch)`: a Python scalar for plain numeric dtypes,
+    a read-only record (np.void, a view valid during the call) for structured ones, bytes for raw
+    items. Returning False stops the batch after that event (any other value goes on). Events are
+    released once handled, so consumers after this one see them only then. If the handler raises,
+    the events before it stay handled and the one that raised comes again on the next poll (as in
+    the Disruptor); the exception propagates. After close_stream() and once drained, poll raises
+    ClosedError. A poll does not check for dead peers: use `rb.peers()` if a producer may die.
+    """
+
+    def __init__(self, consumer: Consumer):
+        self._consumer = consumer
+        self.index = consumer.index
+        self.after = consumer.after
+        ring = consumer._ring
+        self._mask = ring.capacity - 1
+        self._plain = ring._unpack is not None
+        self._raw = ring.dtype is None
+
+    @property
+    def sequence(self) -> int:
+        """The last sequence handled (and released)."""
+        return self._consumer.sequence
+
+    def poll(self, handler) -> PollState:
+        c = self._consumer
+        c._check_open()
+        status = lib.sy_ring_poll_ready(c._handle, c._hi)
+        if status < 0:
+            c._ring._raise(status, "polling", queue.Empty)
+        if status != lib.SY_POLL_PROCESSING:
+            return PollState(status)
+        lo, hi = lib.sy_ring_consumer_sequence(c._handle) + 1, c._hi[0]
+        handled = lo - 1
+        try:
+            for sequence, event in self._events(lo, hi):
+                go_on = handler(event, sequence, sequence == hi)
+                handled = sequence
+                if go_on is False:
+                    break
+        finally:
+            if handled >= lo:
+                lib.sy_ring_release(c._handle, handled)
+        return PollState.PROCESSING
+
+    def _events(self, lo: int, hi: int) -> Iterator[tuple[int, object]]:
+        """(sequence, event) for lo..hi, read from the ring in at most two pieces (the wrap)."""
+        slots = self._consumer._ring._slots
+        capacity = self._mask + 1
+        s = lo
+        while s <= hi:
+            start = s & self._mask
+            n = min(hi - s + 1, capacity - start)
+            piece = slots[start:start + n]
+            piece.flags.writeable = False
+            if self._plain:
+                events = piece.tolist()
+            elif self._raw:
+                events = [bytes(row) for row in piece]
+            else:
+                events = piece
+            for i in range(n):
+                yield s + i, events[i]
+            s += n
+
+    def close(self) -> None:
+        """Leave the ring; consumers that run after this poller must be closed first."""
+        self._consumer.close()
+
+    def __enter__(self) -> "EventPoller":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EventPoller(index={self.index}, after={self.after})"
 
 
 def _item_layout(dtype, item_size) -> tuple[np.dtype | None, int]:

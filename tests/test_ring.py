@@ -2,6 +2,7 @@
 import os
 import queue
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 import sympathy as sy
 from sympathy.ring import WAITS
+from sympathy._errors import SY_EINVAL
 from sympathy._ring import ffi, lib
 
 
@@ -19,14 +21,61 @@ def unique_name() -> str:
 
 
 # ---- layout ----------------------------------------------------------------------------------------
+def _layout(rb) -> dict:
+    out = ffi.new("int64_t[]", 32)
+    n = lib.sy_ring_layout_offsets(rb._handle, out, 32)
+    names = ("cursor", "gating", "consumer0", "consumer1", "wake", "registry", "consumer_records",
+             "producer_records", "consumer_rec", "producer_rec", "header", "slots", "slot_stride",
+             "payload", "producer_cache", "consumer_cache")
+    assert n == len(names)
+    return dict(zip(names, list(out)[:n]))
+
+
 def test_hot_fields_sit_on_their_own_128_byte_blocks():
-    out = ffi.new("int64_t[]", 16)
-    n = lib.sy_ring_layout_offsets(out, 16)
-    cursor, gating, wake, registry, consumers, producers, consumer_rec, producer_rec, header = list(out)[:9]
-    assert [cursor, gating, wake, registry, consumers] == [128, 256, 384, 512, 640]
-    assert consumer_rec == 256 and producer_rec == 128
-    assert producers == consumers + 64 * consumer_rec and header % 128 == 0
-    assert n == 11
+    with sy.RingBuffer(8, np.int64) as rb:
+        at = _layout(rb)
+    assert [at["wake"], at["registry"], at["cursor"], at["consumer0"], at["consumer1"]] == [128, 256, 384, 512, 640]
+    assert at["gating"] == 384 + 65 * 128  # multi-producer only: after the 64 consumer sequences
+    assert at["consumer_records"] == 384 + 66 * 128 and at["consumer_rec"] == at["producer_rec"] == 128
+    assert at["producer_records"] == at["consumer_records"] + 64 * 128
+    assert at["header"] % 128 == 0 and at["slots"] == at["header"]
+    # the cached copies of the other side's index sit beside the owner's own private index
+    assert at["producer_cache"] == at["consumer_cache"] == 8
+
+
+@pytest.mark.parametrize("stride", [8, 64, 128])
+def test_sequence_stride_packs_the_same_ring(stride):
+    """The false-sharing ablation's layouts are this ring with its hot sequences `stride` apart."""
+    config = ffi.new("sy_ring_config *", {"capacity": 8, "slot_size": 8, "producer_kind": 0, "wait": 0,
+                                          "sequence_stride": stride})
+    out = ffi.new("sy_ring **")
+    assert lib.sy_ring_create(config, ffi.NULL, out) == 0
+    ring = ffi.gc(out[0], lib.sy_ring_free)
+    offsets = ffi.new("int64_t[]", 32)
+    lib.sy_ring_layout_offsets(ring, offsets, 32)
+    cursor, gating, consumer0, consumer1 = list(offsets)[:4]
+    assert [consumer0 - cursor, consumer1 - consumer0, gating - cursor] == [stride, stride, 65 * stride]
+
+
+def test_sequence_stride_must_be_8_64_or_128():
+    config = ffi.new("sy_ring_config *", {"capacity": 8, "slot_size": 8, "sequence_stride": 32})
+    assert lib.sy_ring_create(config, ffi.NULL, ffi.new("sy_ring **")) == SY_EINVAL
+
+
+@pytest.mark.parametrize("item_size, stride", [(1, 16), (8, 16), (9, 32), (24, 32), (56, 64), (57, 128),
+                                               (120, 128), (121, 192)])
+def test_a_slot_is_its_published_header_then_the_item(item_size, stride):
+    """Items up to 56 B share one cache line with their header (power-of-two strides); larger ones
+    start a line. The views stay zero-copy, just strided."""
+    with sy.RingBuffer(8, item_size=item_size) as rb:
+        at = _layout(rb)
+        assert at["slot_stride"] == stride and at["payload"] == 8
+        assert rb._slots.strides == (stride, 1)
+        c = rb.consumer()
+        rb.publish(bytes(range(1, min(item_size, 255) + 1)) if item_size < 255 else b"x")
+        with c.view_batch(1) as view:
+            assert np.shares_memory(view, rb._slots)
+            assert bytes(view[0][:3]) == bytes(range(1, min(item_size, 3) + 1))
 
 
 # ---- delivery ----------------------------------------------------------------------------------------
@@ -178,6 +227,26 @@ def test_close_stream_drains_then_raises_closed():
             c.get(timeout=1)
         with pytest.raises(sy.ClosedError):
             rb.publish(1)
+
+
+def test_close_stream_does_not_cut_off_a_downstream_consumer():
+    """Closed means drained of what the PRODUCERS published: a consumer after another still gets
+    what its upstream has yet to pass on (queue.Empty meanwhile, not ClosedError); the poller too."""
+    with sy.RingBuffer(8, np.int64) as rb:
+        c1 = rb.consumer()
+        c2 = rb.consumer(after=[c1])
+        poller = rb.poller(after=[c1])
+        rb.publish_batch(np.arange(3, dtype=np.int64))
+        rb.close_stream()
+        with pytest.raises(queue.Empty):
+            c2.get_batch(8, timeout=0.05)
+        assert poller.poll(lambda *a: None) is sy.PollState.GATING
+        assert c1.get_batch(8).tolist() == [0, 1, 2]
+        assert c2.get_batch(8, timeout=1).tolist() == [0, 1, 2]
+        assert poller.poll(lambda *a: None) is sy.PollState.PROCESSING
+        for drained in (lambda: c2.get(timeout=1), lambda: poller.poll(lambda *a: None)):
+            with pytest.raises(sy.ClosedError):
+                drained()
 
 
 def test_blocked_waiter_is_woken_by_close_stream():
@@ -340,6 +409,20 @@ def test_attach_refuses_corrupt_segments(damage):
         rb.close()
 
 
+def test_attach_refuses_a_version_1_segment_by_name():
+    """Format 2 moved the published flags into the slots: a v1 segment must not be read as v2."""
+    name = unique_name()
+    rb = sy.RingBuffer(16, np.int64, name=name)
+    try:
+        with open(f"/dev/shm/{name}", "r+b") as f:
+            f.seek(8)
+            f.write((1).to_bytes(4, "little"))
+        with pytest.raises(ValueError, match=r"format is version 1, this sympathy reads version 2"):
+            sy.RingBuffer.attach(name, np.int64)
+    finally:
+        rb.close()
+
+
 def test_attach_with_the_wrong_item_size():
     name = unique_name()
     with sy.RingBuffer(16, np.int64, name=name):
@@ -411,3 +494,144 @@ def test_raw_rings_batch_as_uint8_rows_both_ways():
         with rb.claim(6) as slots:  # wraps: scratch rows copied in at publish
             slots[:] = 7
         assert (c.get_batch(8) == 7).all()
+
+
+# ---- the event poller (LMAX EventPoller) --------------------------------------------------------
+def test_poller_states_idle_processing_and_batches():
+    with sy.RingBuffer(8, np.int64) as rb:
+        poller = rb.poller()
+        seen = []
+        assert poller.poll(lambda *a: seen.append(a)) is sy.PollState.IDLE
+        rb.publish_batch(np.arange(5, 10, dtype=np.int64))
+        assert poller.poll(lambda *a: seen.append(a)) is sy.PollState.PROCESSING
+        assert seen == [(5, 0, False), (6, 1, False), (7, 2, False), (8, 3, False), (9, 4, True)]
+        assert poller.sequence == 4
+        assert poller.poll(lambda *a: seen.append(a)) is sy.PollState.IDLE
+
+
+def test_poller_handler_returning_false_stops_after_that_event():
+    with sy.RingBuffer(8, np.int64) as rb:
+        poller = rb.poller()
+        rb.publish_batch(np.arange(4, dtype=np.int64))
+        seen = []
+        assert poller.poll(lambda e, s, end: seen.append(e) or e != 1) is sy.PollState.PROCESSING
+        assert seen == [0, 1] and poller.sequence == 1
+        poller.poll(lambda e, s, end: seen.append(e))  # None goes on
+        assert seen == [0, 1, 2, 3]
+
+
+def test_poller_exception_keeps_the_failing_event_for_the_next_poll():
+    with sy.RingBuffer(8, np.int64) as rb:
+        poller = rb.poller()
+        rb.publish_batch(np.arange(3, dtype=np.int64))
+
+        def fail_on_one(event, sequence, end):
+            if event == 1:
+                raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            poller.poll(fail_on_one)
+        assert poller.sequence == 0
+        seen = []
+        poller.poll(lambda e, s, end: seen.append((e, s)))
+        assert seen == [(1, 1), (2, 2)]
+
+
+def test_poller_gating_while_the_consumer_it_runs_after_holds_events():
+    with sy.RingBuffer(8, np.int64) as rb:
+        first = rb.consumer()
+        poller = rb.poller(after=[first])
+        downstream = rb.consumer(after=[poller])
+        rb.publish_batch(np.arange(3, dtype=np.int64))
+        assert poller.poll(lambda *a: None) is sy.PollState.GATING  # published, not yet released by first
+        assert first.get_batch(2).tolist() == [0, 1]
+        seen = []
+        assert poller.poll(lambda e, s, end: seen.append(e)) is sy.PollState.PROCESSING
+        assert seen == [0, 1]
+        assert downstream.get_batch(8).tolist() == [0, 1]  # released by the poller only once handled
+
+
+def test_poller_gating_while_a_multi_producer_claim_is_unpublished():
+    with sy.RingBuffer(8, np.int64, producer="multi") as rb:
+        poller = rb.poller()
+        with rb.claim(2) as slots:
+            slots[:] = [4, 5]
+            assert poller.poll(lambda *a: None) is sy.PollState.GATING
+        seen = []
+        assert poller.poll(lambda e, s, end: seen.append(e)) is sy.PollState.PROCESSING
+        assert seen == [4, 5]
+
+
+def test_poller_wraps_and_hands_out_records_and_bytes():
+    rec = np.dtype([("id", np.int32), ("x", np.float64)])
+    with sy.RingBuffer(4, rec) as rb:
+        poller = rb.poller()
+        got = []
+        for round_ in range(3):  # 9 events through 4 slots
+            rb.publish_batch(np.array([(round_ * 3 + i, 0.5) for i in range(3)], dtype=rec))
+            poller.poll(lambda e, s, end: got.append((int(e["id"]), s)))
+        assert got == [(i, i) for i in range(9)]
+    with sy.RingBuffer(4, item_size=3) as rb:
+        poller = rb.poller()
+        rb.publish(b"ab")
+        got = []
+        poller.poll(lambda e, s, end: got.append(e))
+        assert got == [b"ab\0"]
+
+
+def test_poller_raises_closed_once_the_stream_is_drained():
+    with sy.RingBuffer(8, np.int64) as rb:
+        poller = rb.poller()
+        rb.publish(1)
+        rb.close_stream()
+        assert poller.poll(lambda *a: None) is sy.PollState.PROCESSING
+        with pytest.raises(sy.ClosedError):
+            poller.poll(lambda *a: None)
+
+
+def test_c_poll_calls_a_c_handler_in_order_and_releases_what_it_saw():
+    """sy_ring_poll itself, with a C-callable handler: stops where the handler says."""
+    with sy.RingBuffer(16, np.int64) as rb:
+        c = rb.consumer()
+        rb.publish_batch(np.arange(10, 16, dtype=np.int64))
+        seen = []
+
+        @ffi.callback("int(void *, const void *, int64_t, int)")
+        def handler(ctx, event, sequence, end_of_batch):
+            seen.append((ffi.cast("int64_t *", event)[0], sequence, end_of_batch))
+            return 0 if sequence == 3 else 1
+
+        assert lib.sy_ring_poll(c._handle, handler, ffi.NULL) == lib.SY_POLL_PROCESSING
+        assert seen == [(10, 0, 0), (11, 1, 0), (12, 2, 0), (13, 3, 0)] and c.sequence == 3
+        assert lib.sy_ring_poll(c._handle, handler, ffi.NULL) == lib.SY_POLL_PROCESSING
+        assert seen[-1] == (15, 5, 1) and c.sequence == 5
+        assert lib.sy_ring_poll(c._handle, handler, ffi.NULL) == lib.SY_POLL_IDLE
+
+
+def test_poller_across_threads_delivers_everything_once():
+    n = 50_000
+    with sy.RingBuffer(64, np.int64, producer="multi") as rb:
+        poller = rb.poller()
+        t = threading.Thread(target=lambda: [rb.publish_batch(np.arange(i, i + 50, dtype=np.int64))
+                                             for i in range(0, n, 50)])
+        t.start()
+        got = []
+        while len(got) < n:
+            if poller.poll(lambda e, s, end: got.append(e)) is not sy.PollState.PROCESSING:
+                time.sleep(0)
+        t.join()
+        assert got == list(range(n))
+
+
+@pytest.mark.parametrize("item_size", [8, 300_000])
+def test_get_batch_returns_copies_sized_to_what_was_ready(item_size):
+    """Small items land in the consumer's kept scratch buffer, large ones in an exact allocation:
+    either way the caller gets its own contiguous copy that later reads never overwrite."""
+    with sy.RingBuffer(8, item_size=item_size) as rb:
+        c = rb.consumer()
+        rb.publish_batch(np.full((3, item_size), 1, np.uint8))
+        first = c.get_batch(8)
+        rb.publish_batch(np.full((2, item_size), 2, np.uint8))
+        second = c.get_batch(8)
+        assert first.shape == (3, item_size) and second.shape == (2, item_size)
+        assert first.flags.c_contiguous and (first == 1).all() and (second == 2).all()

@@ -78,7 +78,23 @@ def c_pingpong(wait: str, rounds: int) -> dict:
     return {"p50 ns": p50, "p99 ns": p99, "p99.9 ns": p999, "max ns": float(rtt.max())}
 
 
+def c_pingpong_flags(rounds: int) -> dict:
+    """The floor under any handoff: the same round trips through two bare flags on two pinned
+    threads (no ring); percentiles computed as for c_pingpong."""
+    ffi, lib = _lib()
+    rtt = np.zeros(rounds, np.int64)
+    cpus, n = _cpus(2)
+    status = lib.sy_bench_pingpong_flags(rounds, cpus, n, ffi.cast("int64_t *", ffi.from_buffer(rtt)))
+    if status != 0:
+        raise RuntimeError(f"bare ping-pong failed: status {status}")
+    rtt = rtt[rounds // 10:]
+    p50, p99, p999 = np.percentile(rtt, [50, 99, 99.9])
+    return {"p50 ns": p50, "p99 ns": p99, "p99.9 ns": p999, "max ns": float(rtt.max())}
+
+
 def c_false_sharing(padding: int, items: int) -> dict:
+    """The ring itself (ring.c), SPSC, one int64 at a time, its hot sequences `padding` bytes apart
+    (8: packed in one line, 64, or 128: the ring's own layout)."""
     ffi, lib = _lib()
     cpus, n = _cpus(2)
     out = ffi.new("sy_bench_result *")
@@ -147,6 +163,32 @@ def py_threads_queue(n: int, batch: int, capacity: int = 1 << 14) -> float:
             get()
 
     return n // batch * batch / _time_threads(produce, consume)
+
+
+def py_one_thread_ring(n: int, batch: int, capacity: int = 1 << 14) -> float:
+    """items/s of publish_batch + get_batch alternating in ONE thread: the CPU cost of a batch with
+    no second thread, so no GIL handoff and no wait. The baseline that explains the threads row."""
+    from ...ring import RingBuffer
+
+    with RingBuffer(capacity, np.int64) as rb:
+        c = rb.consumer()
+        chunk = np.arange(batch, dtype=np.int64)
+        t0 = time.perf_counter()
+        for _ in range(n // batch):
+            rb.publish_batch(chunk)
+            c.get_batch(capacity)
+        return n // batch * batch / (time.perf_counter() - t0)
+
+
+def py_one_thread_queue(n: int, batch: int) -> float:
+    """The same for queue.Queue: put(a fresh array) + get in one thread."""
+    q: queue.Queue = queue.Queue(maxsize=1 << 14)
+    chunk = np.arange(batch, dtype=np.int64)
+    t0 = time.perf_counter()
+    for _ in range(n // batch):
+        q.put(chunk.copy())
+        q.get()
+    return n // batch * batch / (time.perf_counter() - t0)
 
 
 def py_threads_deque(n: int, batch: int) -> float:
@@ -390,13 +432,25 @@ class RingSuite(Suite):
             results.note("one usable CPU: the ping-pong and the false-sharing ablation need two (their "
                          "threads spin-wait on each other); skipped")
             return
-        for wait in results.progress(["busy_spin", "yield", "blocking"], "C ping-pong"):
-            results.add("C ping-pong RTT (2 pinned threads)", f"ring {wait}", params={"wait": wait},
-                        **c_pingpong(wait, args.rounds))
-        for padding, label in results.progress([(0, "packed (one line)"), (64, "64 B apart"),
-                                                (128, "128 B apart")], "false sharing"):
-            r = [c_false_sharing(padding, args.items // 2)["items/s"] for _ in range(args.repeat)]
-            results.add("C false-sharing ablation (SPSC, per item)", label, anchor=padding == 0,
+        # The bare two-flag ping-pong is the floor; it is re-measured between the ring runs because
+        # on a VM the two vCPUs' placement (and so the floor) drifts from one minute to the next.
+        group = "C ping-pong RTT (2 pinned threads)"
+        runs: dict[str, list[dict]] = {}
+        for _ in results.progress(range(args.repeat), "C ping-pong"):
+            for wait in ("flags", "busy_spin", "yield", "blocking"):
+                runs.setdefault(wait, []).append(c_pingpong_flags(args.rounds) if wait == "flags"
+                                                 else c_pingpong(wait, args.rounds))
+        median = {w: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for w, rs in runs.items()}
+        results.add(group, "two bare flags (the floor)", anchor=True, params={"wait": "busy_spin"}, **median["flags"])
+        for wait in ("busy_spin", "yield", "blocking"):
+            results.add(group, f"ring {wait}", params={"wait": wait}, **median[wait])
+        floor = median["flags"]["p50 ns"]
+        results.note("ping-pong p50 over the bare-flag floor measured in the same run: " + ", ".join(
+            f"{w} {median[w]['p50 ns'] / floor:.2f}x" for w in ("busy_spin", "yield", "blocking")))
+        for padding, label in results.progress([(8, "packed 8 B apart (one line)"), (64, "64 B apart"),
+                                                (128, "128 B apart (the ring's layout)")], "false sharing"):
+            r = [c_false_sharing(padding, args.items // 4)["items/s"] for _ in range(args.repeat)]
+            results.add("C false-sharing ablation (the ring, SPSC, per item)", label, anchor=padding == 8,
                         params={"padding": padding}, **{"items/s": float(np.median(r))})
 
     def run_python(self, args, results: Results) -> None:
@@ -409,6 +463,9 @@ class RingSuite(Suite):
                 ("queue.Queue (arrays)", True, lambda: py_threads_queue(nb, b)),
                 ("collections.deque (arrays, polling)", False, lambda: py_threads_deque(nb, b)),
                 ("sy.RingBuffer", False, lambda: py_threads_ring(nb, b))]),
+            (f"Python ONE thread, batches of {b} (no handoff: the cost of a batch)", [
+                ("queue.Queue put(fresh array) + get", True, lambda: py_one_thread_queue(nb // 4, b)),
+                ("sy.RingBuffer publish_batch + get_batch", False, lambda: py_one_thread_ring(nb // 4, b))]),
             ("Python processes, per item", [
                 ("multiprocessing.Queue", True, lambda: py_processes_mpqueue(n // 4, 1)),
                 ("multiprocessing.Pipe", False, lambda: py_processes_pipe(n, 1)),
