@@ -11,9 +11,7 @@
 //   dq           deterministic mode only: Q-block outer loop, dQ = dS K without atomics
 //   reduce       fp32 workspaces -> input dtype; dK, dV summed over the query heads of a GQA group
 // with dS = P o (dP - D), dP = dO V^T. This is the correct-first rung: no tensor cores yet.
-#include <algorithm>
-
-#include "attention_common.cuh"
+#include "attention_bwd_common.cuh"
 #include "kernel_traits.cuh"
 
 namespace sy_attn {
@@ -40,29 +38,6 @@ __device__ __forceinline__ float sum_over_split(float partial) {
 #pragma unroll
     for (int offset = 1; offset < Tr::kSplit; offset *= 2) partial += __shfl_xor_sync(0xffffffffu, partial, offset);
     return partial;
-}
-
-__device__ __forceinline__ int64_t row_index(const sy_attn_bwd_params &p, int b, int h, int row, int n_rows) {
-    return (static_cast<int64_t>(b) * p.heads_q + h) * n_rows + row;
-}
-
-// ---- preprocess: D = rowsum(dO o O) ---------------------------------------------------------------------
-constexpr int kPreprocessThreads = 256;   // 8 warps, one query row each
-
-template <typename T>
-__global__ void __launch_bounds__(kPreprocessThreads)
-preprocess_kernel(const sy_attn_bwd_params p) {
-    const int warps = kPreprocessThreads / 32;
-    const int row = blockIdx.x * warps + threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int h = blockIdx.y, b = blockIdx.z;
-    if (row >= p.seqlen_q) return;
-    const T *o = head_base(static_cast<const T *>(p.o), p.o_strides, b, h) + row * p.o_strides[2];
-    const T *dout = head_base(static_cast<const T *>(p.dout), p.dout_strides, b, h) + row * p.dout_strides[2];
-    float sum = 0.f;
-    for (int c = lane; c < p.head_dim; c += 32) sum += to_float(o[c]) * to_float(dout[c]);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) p.delta[row_index(p, b, h, row, p.seqlen_q)] = sum;
 }
 
 // ---- dkdv: the K/V-block outer loop ------------------------------------------------------------------------
@@ -109,8 +84,8 @@ dkdv_kernel(const sy_attn_bwd_params p) {
         load_tile<Tr, Tr::kQueryTile, Tr::kDkdvThreads>(sdO, gdO, p.dout_strides[2], m0, p.seqlen_q);
         for (int r = threadIdx.x; r < Tr::kQueryTile; r += Tr::kDkdvThreads) {
             const bool in = m0 + r < p.seqlen_q;
-            sLse[r] = in ? p.lse[row_index(p, b, h, m0 + r, p.seqlen_q)] * kLog2e : 0.f;
-            sD[r] = in ? p.delta[row_index(p, b, h, m0 + r, p.seqlen_q)] : 0.f;
+            sLse[r] = in ? p.lse[bwd_row_index(p, b, h, m0 + r, p.seqlen_q)] * kLog2e : 0.f;
+            sD[r] = in ? p.delta[bwd_row_index(p, b, h, m0 + r, p.seqlen_q)] : 0.f;
         }
         __syncthreads();
 
@@ -149,12 +124,12 @@ dkdv_kernel(const sy_attn_bwd_params p) {
             for (int j = 0; j < Tr::kKeysPerBlock; ++j) acc += sdS[r * Tr::kKeysPerBlock + j] * sK[padded<Tr>(j, c)];
             // Relaxed device-scope float add: the blocks of other key blocks add to the same element
             // in any order, and nothing reads dq_accum before the kernel boundary that ends this pass.
-            atomicAdd(p.dq_accum + row_index(p, b, h, m0 + r, p.seqlen_q) * kHeadDim + c, acc * p.scale);
+            atomicAdd(p.dq_accum + bwd_row_index(p, b, h, m0 + r, p.seqlen_q) * kHeadDim + c, acc * p.scale);
         }
     }
 
     if (key >= p.seqlen_k) return;
-    const int64_t out = row_index(p, b, h, key, p.seqlen_k) * kHeadDim + col0;
+    const int64_t out = bwd_row_index(p, b, h, key, p.seqlen_k) * kHeadDim + col0;
 #pragma unroll
     for (int c = 0; c < Tr::kCols; ++c) {
         p.dk_accum[out + c] = dk[c] * p.scale;
@@ -190,8 +165,8 @@ dq_kernel(const sy_attn_bwd_params p) {
     const float *sQrow = sQ + padded<Tr>(local_row, col0);
     const float *sdOrow = sdO + padded<Tr>(local_row, col0);
     const bool row_in = row < p.seqlen_q;
-    const float lse_log2 = row_in ? p.lse[row_index(p, b, h, row, p.seqlen_q)] * kLog2e : 0.f;
-    const float delta = row_in ? p.delta[row_index(p, b, h, row, p.seqlen_q)] : 0.f;
+    const float lse_log2 = row_in ? p.lse[bwd_row_index(p, b, h, row, p.seqlen_q)] * kLog2e : 0.f;
+    const float delta = row_in ? p.delta[bwd_row_index(p, b, h, row, p.seqlen_q)] : 0.f;
     const float scale_log2 = p.scale * kLog2e;
 
     float dq[Tr::kCols];
@@ -224,50 +199,16 @@ dq_kernel(const sy_attn_bwd_params p) {
         }
     }
     if (!row_in) return;
-    const int64_t out = row_index(p, b, h, row, p.seqlen_q) * kHeadDim + col0;
+    const int64_t out = bwd_row_index(p, b, h, row, p.seqlen_q) * kHeadDim + col0;
 #pragma unroll
     for (int c = 0; c < Tr::kCols; ++c) p.dq_accum[out + c] = dq[c] * p.scale;
-}
-
-// ---- reduce: fp32 workspace (B, Hsrc, N, d) -> dst (B, Hsrc / group, N, d) in T ------------------------------
-constexpr int kReduceThreads = 256;
-
-template <typename T>
-__global__ void __launch_bounds__(kReduceThreads)
-reduce_kernel(const float *src, T *dst, int64_t dst_s0, int64_t dst_s1, int64_t dst_s2,
-              int batch, int heads_dst, int group, int n_rows, int head_dim) {
-    const int64_t total = static_cast<int64_t>(batch) * heads_dst * n_rows * head_dim;
-    for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-         idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int c = idx % head_dim;
-        const int row = (idx / head_dim) % n_rows;
-        const int h = (idx / (static_cast<int64_t>(head_dim) * n_rows)) % heads_dst;
-        const int b = idx / (static_cast<int64_t>(head_dim) * n_rows * heads_dst);
-        float sum = 0.f;
-        for (int g = 0; g < group; ++g)   // fixed order: deterministic
-            sum += src[((static_cast<int64_t>(b) * heads_dst * group + h * group + g) * n_rows + row) * head_dim + c];
-        dst[b * dst_s0 + h * dst_s1 + row * dst_s2 + c] = from_float<T>(sum);
-    }
-}
-
-template <typename T>
-int launch_reduce(const float *src, void *dst, const int64_t strides[3], int batch, int heads_dst, int group,
-                  int n_rows, int head_dim, cudaStream_t stream) {
-    const int64_t total = static_cast<int64_t>(batch) * heads_dst * n_rows * head_dim;
-    // A grid-stride loop: enough blocks to fill any GPU, no more (the kernel is bandwidth bound).
-    const int blocks = static_cast<int>(std::min<int64_t>((total + kReduceThreads - 1) / kReduceThreads, 4096));
-    reduce_kernel<T><<<blocks, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), strides[0], strides[1],
-                                                           strides[2], batch, heads_dst, group, n_rows, head_dim);
-    return launch_status();
 }
 
 template <int kHeadDim, typename T>
 int launch(const sy_attn_bwd_params &p, cudaStream_t stream) {
     using Tr = BwdTraits<kHeadDim>;
     int status;
-    dim3 pre_grid(ceil_div(p.seqlen_q, kPreprocessThreads / 32), p.heads_q, p.batch);
-    preprocess_kernel<T><<<pre_grid, kPreprocessThreads, 0, stream>>>(p);
-    if ((status = launch_status()) != kOk) return status;
+    if ((status = launch_preprocess<T>(p, p.seqlen_q, stream)) != kOk) return status;
 
     if (!p.deterministic) {
         const size_t bytes = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * kHeadDim * sizeof(float);
@@ -292,11 +233,11 @@ int launch(const sy_attn_bwd_params &p, cudaStream_t stream) {
     }
 
     const int group = p.heads_q / p.heads_kv;
-    if ((status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, 1, p.seqlen_q, kHeadDim, stream)) != kOk)
+    if ((status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, 1, p.seqlen_q, kHeadDim, 1.f, stream)) != kOk)
         return status;
-    if ((status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, p.batch, p.heads_kv, group, p.seqlen_k, kHeadDim, stream)) != kOk)
+    if ((status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, p.batch, p.heads_kv, group, p.seqlen_k, kHeadDim, 1.f, stream)) != kOk)
         return status;
-    return launch_reduce<T>(p.dv_accum, p.dv, p.dv_strides, p.batch, p.heads_kv, group, p.seqlen_k, kHeadDim, stream);
+    return launch_reduce<T>(p.dv_accum, p.dv, p.dv_strides, p.batch, p.heads_kv, group, p.seqlen_k, kHeadDim, 1.f, stream);
 }
 
 template <typename T>
@@ -310,16 +251,6 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     }
 }
 
-int check_bwd_params(const sy_attn_bwd_params *p) {
-    if (!p || !p->q || !p->k || !p->v || !p->o || !p->dout || !p->lse) return kInvalid;
-    if (!p->dq || !p->dk || !p->dv || !p->dq_accum || !p->dk_accum || !p->dv_accum || !p->delta) return kInvalid;
-    if (p->batch < 1 || p->batch > 65535 || p->heads_q < 1 || p->heads_q > 65535) return kInvalid;
-    if (p->heads_kv < 1 || p->heads_q % p->heads_kv != 0) return kInvalid;
-    if (p->seqlen_q < 1 || p->seqlen_k < 1 || p->head_dim < 1) return kInvalid;
-    if (p->dtype != SY_ATTN_F32 && p->dtype != SY_ATTN_F16 && p->dtype != SY_ATTN_BF16) return kInvalid;
-    return kOk;
-}
-
 }  // namespace
 }  // namespace sy_attn
 
@@ -327,6 +258,7 @@ extern "C" int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream)
     using namespace sy_attn;
     int status = check_bwd_params(params);
     if (status != kOk) return status;
+    if (!params->dq_accum || !params->dk_accum || !params->dv_accum) return kInvalid;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (params->dtype) {
         case SY_ATTN_F32: return launch_head_dim<float>(*params, s);

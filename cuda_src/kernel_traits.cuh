@@ -146,4 +146,79 @@ struct BwdTraits {
     static_assert(kDkdvSmemBytes <= 227 * 1024 && kDqSmemBytes <= 227 * 1024, "227 KiB of shared memory per block");
 };
 
+// ---- backward (attention_mma_bwd.cu): tensor cores ---------------------------------------------------
+// dkdv: a block owns kBlockN = 16 x kNWarps keys of one (batch, query head) and walks the query rows
+// kBlockM at a time. Warp w owns keys 16w .. 16w + 15 and computes the transposed tiles S^T = K Q^T
+// and dP^T = V dO^T directly: in the m16n8 accumulator layout the rows are keys, which is exactly the
+// A-operand layout of dV += P^T dO and dK += dS^T Q, so P^T and dS^T never leave registers for those
+// two products. dQ += dS K needs dS with queries as rows: dS^T goes through shared memory once
+// (ldmatrix.trans reads it back transposed) and the warps split the tile's dQ into kDqRowBlocks m16
+// row blocks x kDqColSplits column ranges, each added to dq_accum with fp32 atomics.
+// dq (deterministic mode): a block owns kBlockM = 16 x kNWarps query rows and walks the keys kBlockN at
+// a time, all in registers.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kSlicesM_, int kMinBlocksPerSm_>
+struct MmaBwdTraits {
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockM = kBlockM_;    // query rows per step (dkdv) or per block (dq)
+    static constexpr int kBlockN = kBlockN_;    // keys per block (dkdv) or per step (dq)
+    static constexpr int kNWarps = kNWarps_;
+    static constexpr int kNThreads = 32 * kNWarps;
+    static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+
+    // dkdv computes S^T and dP^T over kSliceM queries at a time (kSlicesM slices per query tile):
+    // each slice's fragments die before the next slice's are made.
+    static constexpr int kSlicesM = kSlicesM_;
+    static constexpr int kSliceM = kBlockM / kSlicesM;
+    static constexpr int kNTilesSlice = kSliceM / 8;   // n8 tiles over a slice's queries (S^T, dP^T)
+    static constexpr int kNTilesN = kBlockN / 8;       // n8 tiles over the keys (S, dP in dq)
+    static constexpr int kNTilesD = kHeadDim / 8;      // n8 tiles over d (dK, dV, dQ)
+    static constexpr int kKStepsD = kHeadDim / 16;     // k16 steps over d (S, dP)
+    static constexpr int kKStepsN = kBlockN / 16;      // k16 steps over the keys (dQ)
+    // dkdv's dQ warp layout: m16 row blocks of the query tile x column ranges of d.
+    static constexpr int kDqRowBlocks = kBlockM / 16;
+    static constexpr int kDqColSplits = kNWarps / kDqRowBlocks > 0 ? kNWarps / kDqRowBlocks : 1;
+    static constexpr int kDqCols = kHeadDim / kDqColSplits;
+    static constexpr int kNTilesDq = kDqCols / 8;
+
+    // Tiles are swizzled as the forward's (MmaTraits): 16-byte chunks XOR row % 8.
+    static constexpr int kChunks = kHeadDim / 8;
+    static constexpr int kSwizzleRows = 8;
+    static constexpr int kRowBytes = kHeadDim * 2;
+    static constexpr int kStages = 2;   // the next Q/dO (dkdv) or K/V (dq) tile loads during this one
+
+    // dkdv: sK, sV [kBlockN][d] for the whole block; sQ, sdO [kStages][kBlockM][d]; sdS [kBlockN][kBlockM];
+    // the log2-scaled LSE and D of the kStages query tiles.
+    static constexpr int kDkdvSmemBytes = 2 * (2 * kBlockN * kHeadDim + 2 * kStages * kBlockM * kHeadDim + kBlockN * kBlockM)
+                                          + 2 * kStages * kBlockM * 4;
+    // dq: sQ, sdO [kBlockM][d]; sK, sV [kStages][kBlockN][d].
+    static constexpr int kDqSmemBytes = 2 * (2 * kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim);
+
+    static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 are instantiated");
+    static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0 && kSliceM % 16 == 0, "whole m16 / k16 blocks");
+    static_assert(kDqRowBlocks * kDqColSplits == kNWarps && kNTilesDq % 2 == 0, "dQ: every warp one m16 x (16k) piece");
+    static_assert(kBlockM * 2 == 128, "sdS rows are one 128-byte line: 8 chunks, the swizzle's period");
+    static_assert((kNThreads / kChunks) % kSwizzleRows == 0 && kBlockM % (kNThreads / kChunks) == 0 &&
+                  kBlockN % (kNThreads / kChunks) == 0, "load_tile_async: whole passes of rows that share row % 8");
+    static_assert(kDkdvSmemBytes <= 227 * 1024 && kDqSmemBytes <= 227 * 1024, "227 KiB of shared memory per block");
+};
+
+// dkdv: 128 keys per block (8 warps of 16) x query tiles of 64. A warp cannot own a second m16 block
+// of keys: its dK and dV accumulators are 2 x kNTilesD x 4 floats (128 registers at d = 128) and the
+// transient S^T, dP^T or dQ come on top. 128 rather than 64 keys per block halves the dq_accum
+// atomics (each block adds dS K over all its keys first) and the Q/dO traffic per key. At d = 128 a
+// query tile runs as two slices of 32 queries, each slice's S^T and dP^T dying before the next (the
+// whole tile's 32 + 32 registers over the 128 accumulators made ptxas spill). Shared memory: 145 KiB
+// at d = 128, 81 KiB at d = 64; one block of 8 warps per SM either way (registers: 8 x 32 x ~230).
+#ifndef SY_MMA_BWD_DKDV_TRAITS_D64   // a definition before this header overrides, for the tile sweep only
+#define SY_MMA_BWD_DKDV_TRAITS_D64 MmaBwdTraits<64, 64, 128, 8, 1, 1>
+#endif
+#ifndef SY_MMA_BWD_DKDV_TRAITS_D128
+#define SY_MMA_BWD_DKDV_TRAITS_D128 MmaBwdTraits<128, 64, 128, 8, 2, 1>
+#endif
+using MmaBwdDkdvTraitsD64 = SY_MMA_BWD_DKDV_TRAITS_D64;
+using MmaBwdDkdvTraitsD128 = SY_MMA_BWD_DKDV_TRAITS_D128;
+// dq: 64 query rows (4 warps of 16) x key tiles of 64: S and dP 32 registers each, dQ 64 at d = 128.
+using MmaBwdDqTraitsD64 = MmaBwdTraits<64, 64, 64, 4, 1, 2>;
+using MmaBwdDqTraitsD128 = MmaBwdTraits<128, 64, 64, 4, 1, 2>;
+
 }  // namespace sy_attn

@@ -121,6 +121,53 @@ struct OnlineSoftmaxFragment {
         }
     }
 
+    // rescale, split in two for a kernel whose acc is still being written by an asynchronous GEMM
+    // when the next scores arrive (hopper: P V of block j-1 runs on the tensor cores while block j's
+    // softmax runs). fold() grows m_i and l_i and turns rS into probabilities exactly as rescale
+    // does, but hands each row's alpha back instead of touching acc; scale_acc() applies it once that
+    // GEMM has completed.
+    template <int kNTilesS>
+    __device__ __forceinline__ void fold(float (&rS)[kMAtoms][kNTilesS][4], float scale_log2, float (&alpha)[kRows]) {
+#pragma unroll
+        for (int ma = 0; ma < kMAtoms; ++ma) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r = 2 * ma + half;
+                float m_new = m_i[r];
+#pragma unroll
+                for (int nt = 0; nt < kNTilesS; ++nt)
+                    m_new = fmaxf(m_new, fmaxf(rS[ma][nt][2 * half], rS[ma][nt][2 * half + 1]));
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                const float m_scaled = scaled_max(m_new, scale_log2);
+                alpha[r] = fast_exp2(m_i[r] * scale_log2 - m_scaled);
+                m_i[r] = m_new;
+                float l = l_i[r] * alpha[r];
+#pragma unroll
+                for (int nt = 0; nt < kNTilesS; ++nt) {
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        float &s = rS[ma][nt][2 * half + c];
+                        s = fast_exp2(s * scale_log2 - m_scaled);
+                        l += s;
+                    }
+                }
+                l_i[r] = l;
+            }
+        }
+    }
+
+    template <int kNTilesO>
+    __device__ __forceinline__ void scale_acc(float (&acc)[kMAtoms][kNTilesO][4], const float (&alpha)[kRows]) const {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int nt = 0; nt < kNTilesO; ++nt) {
+                acc[r / 2][nt][2 * (r % 2)] *= alpha[r];
+                acc[r / 2][nt][2 * (r % 2) + 1] *= alpha[r];
+            }
+    }
+
     // Reduce l_i over the quad, scale acc by 1 / l_i, and give each row's natural log-sum-exp.
     template <int kNTilesO>
     __device__ __forceinline__ void finalize(float (&acc)[kMAtoms][kNTilesO][4], float scale,

@@ -72,9 +72,13 @@ def cpu_qkv(B=1, H=2, N=8, d=64, dtype=torch.bfloat16):
     (dict(attn_mask=torch.ones(8, 8, dtype=torch.int32)), TypeError, "bool or floating"),
     (dict(q=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16), k=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16),
           v=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16), kernel="mma"), ValueError, "head dims (64, 128)"),
+    (dict(q=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16), k=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16),
+          v=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16), kernel="hopper"), ValueError, "head dims (64, 128)"),
     (dict(q=torch.randn(1, 2, 8, 96), k=torch.randn(1, 2, 8, 96), v=torch.randn(1, 2, 8, 96), kernel="tiled"),
      ValueError, "head dims (16, 32, 64, 128)"),
     (dict(q=torch.randn(1, 2, 8, 64), k=torch.randn(1, 2, 8, 64), v=torch.randn(1, 2, 8, 64), kernel="mma"),
+     TypeError, "float16 or bfloat16"),
+    (dict(q=torch.randn(1, 2, 8, 64), k=torch.randn(1, 2, 8, 64), v=torch.randn(1, 2, 8, 64), kernel="hopper"),
      TypeError, "float16 or bfloat16"),
     (dict(), ValueError, "CUDA device"),   # valid in every other way: the device check comes last
 ])
@@ -115,10 +119,24 @@ def test_import_does_not_import_torch_for_the_cpu_paths():
 
 
 # ---- the kernels on the GPU ---------------------------------------------------------------------------
-HEAD_DIMS = {"naive": (16, 40, 64, 128), "tiled": (16, 32, 64, 128), "mma": (64, 128)}
+HEAD_DIMS = {"naive": (16, 40, 64, 128), "tiled": (16, 32, 64, 128), "mma": (64, 128), "hopper": (64, 128)}
 DTYPES = {"naive": (torch.bfloat16, torch.float16, torch.float32),
           "tiled": (torch.bfloat16, torch.float16, torch.float32),
-          "mma": (torch.bfloat16, torch.float16)}
+          "mma": (torch.bfloat16, torch.float16), "hopper": (torch.bfloat16, torch.float16)}
+
+
+def on_hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def runnable(kernel) -> bool:
+    """Every kernel runs on any CUDA GPU of compute capability 8.0 or newer except `hopper` (sm_90 only)."""
+    return kernel != "hopper" or on_hopper()
+
+
+def skip_unless_runnable(kernel):
+    if not runnable(kernel):
+        pytest.skip(f"kernel={kernel!r} needs an sm_90 GPU (H100/H200)")
 
 
 def make_inputs(B, Hkv, group, Nq, Nk, d, dtype, layout, seed):
@@ -161,6 +179,7 @@ def assert_close(out, lse, ref_out, ref_lse, dtype):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_kernel_matches_float64_reference_on_random_shapes(kernel, data):
+    skip_unless_runnable(kernel)
     d = data.draw(st.sampled_from(HEAD_DIMS[kernel]), label="d")
     dtype = data.draw(st.sampled_from(DTYPES[kernel]), label="dtype")
     B = data.draw(st.integers(1, 3), label="B")
@@ -183,8 +202,11 @@ def test_kernel_matches_float64_reference_on_random_shapes(kernel, data):
     (2, 3, 127, 64, True),         # odd N: a ragged last tile in both directions
     (64, 16, 64, 128, False),      # B*H large, N one tile
     (1, 2, 1000, 128, True),       # long enough for unmasked, diagonal and ragged blocks
+    (2, 2, 2071, 64, False),       # many laps of a K/V ring (hopper: 17 blocks through 4 stages)
+    (1, 3, 1500, 128, True),       # hopper at d = 128: 12 blocks through 2 stages, diagonal masks
 ])
 def test_kernel_on_fixed_edge_shapes(kernel, B, H, N, d, causal):
+    skip_unless_runnable(kernel)
     q, k, v = make_inputs(B, H, 1, N, N, d, torch.bfloat16, "bhnd", seed=N)
     out, lse = run_poisoned(q, k, v, kernel, is_causal=causal)
     assert_close(out, lse, *reference(q, k, v, is_causal=causal), torch.bfloat16)
@@ -195,7 +217,7 @@ def test_kernel_on_fixed_edge_shapes(kernel, B, H, N, d, causal):
 def test_causal_with_more_queries_than_keys_is_top_left(Nq, Nk):
     q, k, v = make_inputs(1, 2, 2, Nq, Nk, 64, torch.float16, "bnhd", seed=Nq * Nk)
     ref = reference(q, k, v, is_causal=True)
-    for kernel in cuda.KERNELS:
+    for kernel in filter(runnable, cuda.KERNELS):
         assert_close(*run_poisoned(q, k, v, kernel, is_causal=True), *ref, torch.float16)
 
 
@@ -213,12 +235,38 @@ def test_attn_mask_on_naive_bool_and_float_and_fully_masked_rows():
 
 
 @pytest.mark.gpu
-def test_misaligned_views_are_copied_for_mma_and_still_right():
+@pytest.mark.parametrize("kernel", ["mma", "hopper"])
+def test_misaligned_views_are_copied_and_still_right(kernel):
+    skip_unless_runnable(kernel)
     base = torch.randn(1, 2, 64, 64 + 1, device="cuda", dtype=torch.bfloat16)
-    q = base[..., 1:]   # rows start 2 bytes past a 16-byte boundary: cp.async cannot load them in place
+    q = base[..., 1:]   # rows start 2 bytes past a 16-byte boundary: neither cp.async nor TMA loads them in place
     k, v = q.clone(), q.clone()
-    out = sy.attention.scaled_dot_product_attention(q, k, v, kernel="mma")
+    out = sy.attention.scaled_dot_product_attention(q, k, v, kernel=kernel)
     assert relative_error(out, reference(q, k, v)[0]) <= TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N", [1500, 2300])   # 12 key blocks: persistent grid; 18: one block per tile
+def test_hopper_ignores_a_stale_tile_counter(N):
+    """The persistent grid's tile counter comes uninitialised from torch's allocator: the kernel zeroes
+    it when it uses it, and must not read it when it does not. A freed block full of INT_MIN values
+    is what torch.empty(1, int32) most likely hands out next."""
+    skip_unless_runnable("hopper")
+    q, k, v = make_inputs(1, 2, 2, N, N, 128, torch.bfloat16, "bhnd", seed=N)
+    stale = torch.full((128,), -2**31 + 5, dtype=torch.int32, device="cuda")
+    del stale
+    assert_close(*run_poisoned(q, k, v, "hopper", is_causal=True), *reference(q, k, v, is_causal=True), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_auto_picks_hopper_on_sm90_and_hopper_elsewhere_is_a_clear_error():
+    q, k, v = make_inputs(1, 2, 1, 64, 64, 64, torch.bfloat16, "bhnd", seed=11)
+    if on_hopper():
+        assert cuda._resolve_kernel(q, None, "auto") == "hopper"
+    else:
+        assert cuda._resolve_kernel(q, None, "auto") == "mma"
+        with pytest.raises(sy.NotSupportedError, match="sm_90"):
+            sy.attention.scaled_dot_product_attention(q, k, v, kernel="hopper")
 
 
 @pytest.mark.gpu

@@ -105,3 +105,14 @@ def test_build_cuda_command_without_nvcc_prints_one_line_and_fails(monkeypatch, 
     assert main(["build-cuda", "--arch", "sm_80"]) == 1
     out = capsys.readouterr().out
     assert "nvcc not found" in out and "Traceback" not in out
+
+
+def test_generated_wgmma_header_matches_its_generator():
+    """cuda_src/hopper_wgmma.cuh is written by cuda_src/gen_hopper_wgmma.py: an edit to one without
+    re-running the other would ship wrappers that disagree with their documented source."""
+    import subprocess
+    import sys
+
+    generator = cuda.source_dir() / "gen_hopper_wgmma.py"
+    fresh = subprocess.run([sys.executable, str(generator)], capture_output=True, text=True, check=True).stdout
+    assert fresh == (cuda.source_dir() / "hopper_wgmma.cuh").read_text()

@@ -3,14 +3,17 @@
     sy.attention.scaled_dot_product_attention(q, k, v, is_causal=True)          # torch SDPA semantics
     out, lse = sy.attention.cuda.attention_with_lse(q, k, v, kernel="mma")      # + log-sum-exp
     sy.attention.cuda.build_all(["sm_80", "sm_90a"])                             # ahead of time
-    out.sum().backward()          # differentiable: cuda_src/attention_bwd.cu (deterministic=True: no atomics)
+    out.sum().backward()          # differentiable: cuda_src/attention_mma_bwd.cu (deterministic=True: no atomics)
 
-Three kernels, a ladder (cuda_src/attention_{naive,tiled,mma}.cu):
+Four kernels, a ladder (cuda_src/attention_{naive,tiled,mma,hopper}.cu):
     naive   S = QK^T, softmax and PV as three kernels, S and P in HBM (any head dim, attn_mask)
     tiled   one fused fp32 kernel, K/V tiles in shared memory, online softmax (d in 16, 32, 64, 128)
     mma     FlashAttention-2 class: tensor cores, ldmatrix, cp.async, P in registers (fp16/bf16, d 64/128)
-Backward (cuda_src/attention_bwd.cu), whichever kernel ran forward: FlashAttention-2's algorithm with
-fp32 math on CUDA cores (d = 64 or 128, no mask); other calls take a torch-math backward.
+    hopper  FlashAttention-3 class, sm_90 only: TMA, wgmma, a producer and two or three ping-ponging
+            consumer warpgroups (fp16/bf16, d 64/128)
+Backward, whichever kernel ran forward (d = 64 or 128, no mask): FlashAttention-2's algorithm on
+tensor cores for fp16/bf16 (cuda_src/attention_mma_bwd.cu), with fp32 math on CUDA cores for float32
+(cuda_src/attention_bwd.cu); other calls take a torch-math backward.
 
 The sources are compiled by nvcc on first use into one shared library per GPU architecture, cached
 under $SYMPATHY_CACHE_DIR/cuda (default ~/.cache/sympathy/cuda, see config.py) by source hash, arch and nvcc
@@ -31,10 +34,16 @@ from typing import List, Optional, Sequence, Tuple
 from .. import config
 from .._errors import NotSupportedError
 
-KERNELS = ("naive", "tiled", "mma")
+KERNELS = ("naive", "tiled", "mma", "hopper")
 TILED_HEAD_DIMS = (16, 32, 64, 128)
 MMA_HEAD_DIMS = (64, 128)
-BWD_HEAD_DIMS = (64, 128)   # attention_bwd.cu; other head dims and attn_mask: _math_backward
+HOPPER_HEAD_DIMS = (64, 128)
+BWD_HEAD_DIMS = (64, 128)   # attention_{mma_bwd,bwd}.cu; other head dims and attn_mask: _math_backward
+# The tensor-core backward's separate dQ pass (the deterministic mode: no atomics, S and dP computed
+# twice) measured 7-17 % faster than the atomic dq_accum at N = 1024 and 0-5 % slower at N = 4096
+# (H100, bf16, docs/attention-gpu.md): key sequences up to this length take it whatever
+# `deterministic` says (and need no dq_accum).
+SEPARATE_DQ_MAX_KEYS = 2048
 _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # enum sy_attn_dtype
 # -O3 for host and device code; C++17 for `if constexpr`; -lineinfo so Nsight Compute and
 # compute-sanitizer can point at source lines (it changes no generated instruction).
@@ -207,6 +216,11 @@ def _torch():
     return torch
 
 
+def _on_hopper(t) -> bool:
+    """t lives on an sm_90 GPU (H100/H200), where the `hopper` kernel runs."""
+    return t.device.type == "cuda" and _torch().cuda.get_device_capability(t.device) == (9, 0)
+
+
 def _resolve_kernel(q, attn_mask, kernel: str) -> str:
     """The kernel to run: "auto" resolved, and the kernel's dtype / head-dim / mask support checked."""
     torch = _torch()
@@ -217,6 +231,8 @@ def _resolve_kernel(q, attn_mask, kernel: str) -> str:
     if kernel == "auto":
         if attn_mask is not None:
             kernel = "naive"
+        elif half and d in HOPPER_HEAD_DIMS and _on_hopper(q):
+            kernel = "hopper"
         elif half and d in MMA_HEAD_DIMS:
             kernel = "mma"
         elif d in TILED_HEAD_DIMS:
@@ -227,11 +243,12 @@ def _resolve_kernel(q, attn_mask, kernel: str) -> str:
         raise NotImplementedError(f"attn_mask is supported by kernel='naive' only; got kernel={kernel!r}")
     if kernel == "tiled" and d not in TILED_HEAD_DIMS:
         raise ValueError(f"kernel='tiled' supports head dims {TILED_HEAD_DIMS}; got {d}")
-    if kernel == "mma":
-        if d not in MMA_HEAD_DIMS:
-            raise ValueError(f"kernel='mma' supports head dims {MMA_HEAD_DIMS}; got {d}")
+    if kernel in ("mma", "hopper"):
+        dims = MMA_HEAD_DIMS if kernel == "mma" else HOPPER_HEAD_DIMS
+        if d not in dims:
+            raise ValueError(f"kernel={kernel!r} supports head dims {dims}; got {d}")
         if not half:
-            raise TypeError(f"kernel='mma' needs float16 or bfloat16 inputs; got {q.dtype}")
+            raise TypeError(f"kernel={kernel!r} needs float16 or bfloat16 inputs; got {q.dtype}")
     return kernel
 
 
@@ -292,7 +309,8 @@ def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel) -> s
 
 # ---- launch ---------------------------------------------------------------------------------------------
 def _aligned_rows(t) -> bool:
-    """cp.async moves 16 bytes: every row of t must start on a 16-byte boundary."""
+    """cp.async moves 16 bytes and TMA needs 16-byte strides: every row of t must start on a
+    16-byte boundary."""
     return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:3])
 
 
@@ -305,6 +323,11 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
         if torch.cuda.get_device_capability(q.device) < (8, 0):
             raise NotSupportedError(f"kernel='mma' needs compute capability 8.0 or newer; this GPU is {arch}")
         # A view whose rows are not 16-byte aligned is copied once rather than refused.
+        q, k, v = (t if _aligned_rows(t) else t.contiguous() for t in (q, k, v))
+    if kernel == "hopper":
+        if not _on_hopper(q):
+            raise NotSupportedError(f"kernel='hopper' needs an sm_90 GPU (H100/H200: TMA, wgmma); this GPU is {arch}")
+        # TMA needs 16-byte aligned bases and strides: a misaligned view is copied once (as for mma).
         q, k, v = (t if _aligned_rows(t) else t.contiguous() for t in (q, k, v))
     ffi, lib = library(arch)
     B, Hq, Nq, d = q.shape
@@ -331,6 +354,9 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     if kernel == "naive":
         workspace = torch.empty(B * Hq * Nq * Nk, dtype=torch.float32, device=q.device)
         p.workspace = ffi.cast("float *", workspace.data_ptr())
+    if kernel == "hopper":   # the persistent grid's tile counter (the launcher zeroes it on the stream)
+        tile_counter = torch.empty(1, dtype=torch.int32, device=q.device)
+        p.tile_counter = ffi.cast("int *", tile_counter.data_ptr())
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
     p.scale = scale
     p.is_causal = int(is_causal)
@@ -343,34 +369,49 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
 
 
 def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float, deterministic: bool):
-    """(dq, dk, dv) in the inputs' dtype: attention_bwd.cu, or _math_backward for what it lacks."""
+    """(dq, dk, dv) in the inputs' dtype: attention_mma_bwd.cu (tensor cores) for fp16/bf16,
+    attention_bwd.cu (fp32 math) for float32, _math_backward for attn_mask and other head dims."""
     torch = _torch()
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if attn_mask is not None or d not in BWD_HEAD_DIMS:
         return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale)
-    if dout.stride(-1) != 1:
+    tensor_cores = q.dtype in (torch.float16, torch.bfloat16)
+    if tensor_cores:   # cp.async reads 16-byte row chunks: a misaligned view is copied once
+        q, k, v, dout = (t if _aligned_rows(t) else t.contiguous() for t in (q, k, v, dout))
+    elif dout.stride(-1) != 1:
         dout = dout.contiguous()
     ffi, lib = library(device_arch(q.device))
     grads = [torch.empty(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v)]
     f32 = dict(dtype=torch.float32, device=q.device)
-    # Released on return while the kernels may still run: safe on one stream (see _launch).
-    dq_accum, delta = torch.empty((B, Hq, Nq, d), **f32), torch.empty((B, Hq, Nq), **f32)
-    dk_accum, dv_accum = torch.empty((B, Hq, Nk, d), **f32), torch.empty((B, Hq, Nk, d), **f32)
+    # Workspaces (attention_api.h says which family needs which). Released on return while the
+    # kernels may still run: safe on one stream (see _launch).
+    if tensor_cores:
+        deterministic = deterministic or Nk <= SEPARATE_DQ_MAX_KEYS
+        rows = -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
+        delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
+        dq_accum = None if deterministic else torch.empty((B, Hq, Nq, d), **f32)
+        dk_accum, dv_accum = (None, None) if Hq == Hkv else (torch.empty((B, Hq, Nk, d), **f32) for _ in range(2))
+    else:
+        delta, lse_log2 = torch.empty((B, Hq, Nq), **f32), None
+        dq_accum = torch.empty((B, Hq, Nq, d), **f32)
+        dk_accum, dv_accum = (torch.empty((B, Hq, Nk, d), **f32) for _ in range(2))
     p = ffi.new("sy_attn_bwd_params *")
     for field, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout),
                      ("dq", grads[0]), ("dk", grads[1]), ("dv", grads[2])):
         setattr(p, field, ffi.cast("void *", t.data_ptr()))
         getattr(p, f"{field}_strides")[0:3] = list(t.stride()[:3])
     p.lse = ffi.cast("float *", lse.contiguous().data_ptr())
-    for field, t in (("dq_accum", dq_accum), ("dk_accum", dk_accum), ("dv_accum", dv_accum), ("delta", delta)):
-        setattr(p, field, ffi.cast("float *", t.data_ptr()))
+    for field, t in (("dq_accum", dq_accum), ("dk_accum", dk_accum), ("dv_accum", dv_accum), ("delta", delta),
+                     ("lse_log2", lse_log2)):
+        setattr(p, field, ffi.NULL if t is None else ffi.cast("float *", t.data_ptr()))
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
     p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
+    launch = lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
-        status = lib.sy_attn_tiled_bwd(p, ffi.cast("void *", stream))
+        status = launch(p, ffi.cast("void *", stream))
     _raise_for_status(status, lib, f"attention backward (B={B}, H={Hq}, Nq={Nq}, Nk={Nk}, d={d})")
     return tuple(grads)
 
@@ -479,14 +520,16 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d): CUDA tensors, float32/float16/bfloat16, any strides
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
     enable_gqa lets Hq be a multiple of Hkv. attn_mask (bool: True takes part, or additive float),
-    broadcastable to (B, Hq, Nq, Nk), runs on kernel="naive" only. kernel="auto" picks "mma" for
-    fp16/bf16 at d = 64 or 128, "tiled" for other supported head dims, "naive" otherwise or with a
-    mask. A row whose keys are all masked gives 0.
+    broadcastable to (B, Hq, Nq, Nk), runs on kernel="naive" only. kernel="auto" picks "hopper" on
+    an sm_90 GPU and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head
+    dims, "naive" otherwise or with a mask. A row whose keys are all masked gives 0.
 
-    Differentiable: the backward (cuda_src/attention_bwd.cu) recomputes P from the saved log-sum-exp
-    and accumulates dQ with fp32 atomics, so two runs may differ in the last bits. deterministic=True
-    computes dQ in a separate pass without atomics (bit-identical runs, ~1.5x the backward's time);
-    None (the default) follows torch.use_deterministic_algorithms. attn_mask calls and head dims
-    other than 64 and 128 take a torch-math backward (same algorithm, materialises P).
+    Differentiable: the backward (cuda_src/attention_mma_bwd.cu on tensor cores for fp16/bf16,
+    cuda_src/attention_bwd.cu in fp32 for float32) recomputes P from the saved log-sum-exp and, above
+    SEPARATE_DQ_MAX_KEYS keys, accumulates dQ with fp32 atomics, so two runs may differ in the last
+    bits. deterministic=True computes dQ in a separate pass without atomics (bit-identical runs; on
+    tensor cores within 5 % of the atomic time); None (the default) follows
+    torch.use_deterministic_algorithms. attn_mask calls and head dims other than 64 and 128 take a
+    torch-math backward (same algorithm, materialises P).
     """
     return attention_with_lse(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, deterministic)[0]

@@ -7,6 +7,8 @@ FlashAttention-2 paper's setting) these race in one run:
   sdpa-efficient  xFormers' memory-efficient kernel
   sdpa-math       the definition in torch ops, N x N materialised
   naive, tiled, mma   sympathy's ladder (cuda_src/attention_{naive,tiled,mma}.cu)
+  hopper          sympathy's FlashAttention-3 class kernel (cuda_src/attention_hopper.cu; sm_90 only,
+                  skipped with a note elsewhere)
 
 Figures: TFLOP/s (4*B*H*N^2*d forward, halved when causal: the masked half is never computed),
 the median time (triton.testing.do_bench when triton is there, else CUDA events), and the peak extra
@@ -17,11 +19,11 @@ fit (naive, sdpa-math) or that would take minutes (tiled at large N) are skipped
 Without a CUDA GPU the suite says so and records nothing.
 
 Forward + backward (groups "... fwd+bwd", unless --no-backward): sdpa-flash (anchor), sdpa-cudnn and
-sympathy's mma forward with cuda_src/attention_bwd.cu (atomic dQ, and `-det`: deterministic). One
-call is out = attention(q, k, v) then torch.autograd.grad(out, (q, k, v), dout); TFLOP/s counts 3.5x
-the forward FLOPs (FlashAttention's convention: the backward does 2.5x the forward's GEMM work);
-extra_MiB is the peak extra memory of that training step of attention alone; err compares dq with
-sdpa-flash's.
+sympathy's forward (mma; hopper too on sm_90) with the tensor-core backward cuda_src/attention_mma_bwd.cu
+(atomic dQ, and `mma-det`: deterministic). One call is out = attention(q, k, v) then
+torch.autograd.grad(out, (q, k, v), dout); TFLOP/s counts 3.5x the forward FLOPs (FlashAttention's
+convention: the backward does 2.5x the forward's GEMM work); extra_MiB is the peak extra memory of
+that training step of attention alone; err compares dq with sdpa-flash's.
 """
 import argparse
 from pathlib import Path
@@ -31,8 +33,8 @@ from ..core import Results, Suite
 QUICK_SIZES = (1024, 4096)
 FULL_SIZES = (512, 1024, 2048, 4096, 8192, 16384)
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
-OURS = ("naive", "tiled", "mma")
-BACKWARD_VARIANTS = ("sdpa-flash", "sdpa-cudnn", "mma", "mma-det")
+OURS = ("naive", "tiled", "mma", "hopper")
+BACKWARD_VARIANTS = ("sdpa-flash", "sdpa-cudnn", "mma", "mma-det", "hopper")   # ours: forward kernel (-det)
 BACKWARD_FLOP_FACTOR = 3.5   # forward + backward: 2 + 5 N x N x d GEMMs over the forward's 2
 
 
@@ -173,14 +175,16 @@ class AttentionGpuSuite(Suite):
         dout = torch.randn_like(q)
         expected = None
         for variant in BACKWARD_VARIANTS:
+            if not variant.startswith("sdpa-") and variant.removesuffix("-det") not in cuda.KERNELS:
+                continue
             if variant.startswith("sdpa-"):
                 def fn(backend=backends[variant[5:]]):
                     with sdpa_kernel(backend):
                         out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
                     return torch.autograd.grad(out, leaves, dout)
             else:
-                def fn(deterministic=variant.endswith("-det")):
-                    out = cuda.scaled_dot_product_attention(*leaves, is_causal=causal, kernel="mma",
+                def fn(kernel=variant.removesuffix("-det"), deterministic=variant.endswith("-det")):
+                    out = cuda.scaled_dot_product_attention(*leaves, is_causal=causal, kernel=kernel,
                                                             deterministic=deterministic)
                     return torch.autograd.grad(out, leaves, dout)
             try:

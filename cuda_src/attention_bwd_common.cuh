@@ -1,0 +1,102 @@
+// What the two backward families (attention_bwd.cu: fp32 `tiled`; attention_mma_bwd.cu: tensor
+// cores) share: the preprocess pass D = rowsum(dO o O) and the fp32-workspace -> dtype reduce.
+#pragma once
+
+#include <algorithm>
+
+#include "attention_common.cuh"
+
+namespace sy_attn {
+
+// The row (b, h, row) of a (B, Hq, rows_per_head) workspace.
+__device__ __forceinline__ int64_t bwd_row_index(const sy_attn_bwd_params &p, int b, int h, int row, int rows_per_head) {
+    return (static_cast<int64_t>(b) * p.heads_q + h) * rows_per_head + row;
+}
+
+// ---- preprocess: D = rowsum(dO o O), and the log2-scaled LSE the mma backward reads ------------------
+// One warp per row of a (B, Hq, rows_per_head) workspace. Rows at or past seqlen_q (padding, mma only)
+// get D = 0 and an LSE of +inf, so their P = exp2(s - inf) = 0 needs no bounds test in the kernel;
+// so does a row whose LSE is -inf (it saw no key: P is 0, not exp(+inf)).
+constexpr int kPreprocessThreads = 256;   // 8 warps, one row each
+
+template <typename T>
+__global__ void __launch_bounds__(kPreprocessThreads)
+preprocess_kernel(const sy_attn_bwd_params p, int rows_per_head) {
+    const int warps = kPreprocessThreads / 32;
+    const int row = blockIdx.x * warps + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (row >= rows_per_head) return;
+    const int64_t out = bwd_row_index(p, b, h, row, rows_per_head);
+    if (row >= p.seqlen_q) {
+        if (lane == 0) {
+            p.delta[out] = 0.f;
+            if (p.lse_log2) p.lse_log2[out] = INFINITY;
+        }
+        return;
+    }
+    const T *o = head_base(static_cast<const T *>(p.o), p.o_strides, b, h) + row * p.o_strides[2];
+    const T *dout = head_base(static_cast<const T *>(p.dout), p.dout_strides, b, h) + row * p.dout_strides[2];
+    float sum = 0.f;
+    for (int c = lane; c < p.head_dim; c += 32) sum += to_float(o[c]) * to_float(dout[c]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) {
+        p.delta[out] = sum;
+        if (p.lse_log2) {
+            const float lse = p.lse[bwd_row_index(p, b, h, row, p.seqlen_q)];
+            p.lse_log2[out] = isfinite(lse) ? lse * kLog2e : INFINITY;
+        }
+    }
+}
+
+template <typename T>
+int launch_preprocess(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
+    dim3 grid(ceil_div(rows_per_head, kPreprocessThreads / 32), p.heads_q, p.batch);
+    preprocess_kernel<T><<<grid, kPreprocessThreads, 0, stream>>>(p, rows_per_head);
+    return launch_status();
+}
+
+// ---- reduce: scale * fp32 workspace (B, Hsrc, N, d) -> dst (B, Hsrc / group, N, d) in T -------------
+constexpr int kReduceThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kReduceThreads)
+reduce_kernel(const float *src, T *dst, int64_t dst_s0, int64_t dst_s1, int64_t dst_s2,
+              int batch, int heads_dst, int group, int n_rows, int head_dim, float scale) {
+    const int64_t total = static_cast<int64_t>(batch) * heads_dst * n_rows * head_dim;
+    for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+         idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int c = idx % head_dim;
+        const int row = (idx / head_dim) % n_rows;
+        const int h = (idx / (static_cast<int64_t>(head_dim) * n_rows)) % heads_dst;
+        const int b = idx / (static_cast<int64_t>(head_dim) * n_rows * heads_dst);
+        float sum = 0.f;
+        for (int g = 0; g < group; ++g)   // fixed order: deterministic
+            sum += src[((static_cast<int64_t>(b) * heads_dst * group + h * group + g) * n_rows + row) * head_dim + c];
+        dst[b * dst_s0 + h * dst_s1 + row * dst_s2 + c] = from_float<T>(sum * scale);
+    }
+}
+
+template <typename T>
+int launch_reduce(const float *src, void *dst, const int64_t strides[3], int batch, int heads_dst, int group,
+                  int n_rows, int head_dim, float scale, cudaStream_t stream) {
+    const int64_t total = static_cast<int64_t>(batch) * heads_dst * n_rows * head_dim;
+    // A grid-stride loop: enough blocks to fill any GPU, no more (the kernel is bandwidth bound).
+    const int blocks = static_cast<int>(std::min<int64_t>((total + kReduceThreads - 1) / kReduceThreads, 4096));
+    reduce_kernel<T><<<blocks, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), strides[0], strides[1],
+                                                           strides[2], batch, heads_dst, group, n_rows, head_dim, scale);
+    return launch_status();
+}
+
+// Pointers and sizes a direct C caller could get wrong; the Python layer validates first.
+inline int check_bwd_params(const sy_attn_bwd_params *p) {
+    if (!p || !p->q || !p->k || !p->v || !p->o || !p->dout || !p->lse || !p->delta) return kInvalid;
+    if (!p->dq || !p->dk || !p->dv) return kInvalid;
+    if (p->batch < 1 || p->batch > 65535 || p->heads_q < 1 || p->heads_q > 65535) return kInvalid;
+    if (p->heads_kv < 1 || p->heads_q % p->heads_kv != 0) return kInvalid;
+    if (p->seqlen_q < 1 || p->seqlen_k < 1 || p->head_dim < 1) return kInvalid;
+    if (p->dtype != SY_ATTN_F32 && p->dtype != SY_ATTN_F16 && p->dtype != SY_ATTN_BF16) return kInvalid;
+    return kOk;
+}
+
+}  // namespace sy_attn

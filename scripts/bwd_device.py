@@ -1,0 +1,257 @@
+"""One device run for the tensor-core backward (cuda_src/attention_mma_bwd.cu): correctness against
+float64 autograd for every variant, bit-identical deterministic mode, then forward+backward TFLOP/s
+beside torch SDPA flash and cudnn (bf16, B*N = 16384, H*d = 2048, the anchors' shapes).
+
+    python3 scripts/bwd_device.py [--sizes 1024 4096] [--skip-check] [--sweep] [--out DIR]
+    python3 scripts/bwd_device.py --table attention-gpu.json    # fwd+bwd rows of a bench run, markdown
+
+--sweep also builds one library per dkdv tile variant (SY_MMA_BWD_DKDV_TRAITS_D*) and times the
+backward alone (atomic and deterministic) at N = 4096.
+"""
+import argparse
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from sympathy.attention import cuda
+
+
+def reference_grads(q, k, v, dout, causal):
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    qd, kd, vd = leaves
+    group = qd.shape[1] // kd.shape[1]
+    kd, vd = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
+    s = qd @ kd.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    (torch.softmax(s, -1) @ vd).backward(dout.double())
+    return [t.grad for t in leaves]
+
+
+def our_grads(q, k, v, dout, causal, deterministic, kernel="mma"):
+    """deterministic=False: the atomic dQ path at every length (not only above SEPARATE_DQ_MAX_KEYS)."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    threshold = cuda.SEPARATE_DQ_MAX_KEYS
+    cuda.SEPARATE_DQ_MAX_KEYS = threshold if deterministic else 0
+    try:
+        out = cuda.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=True, kernel=kernel,
+                                                deterministic=deterministic)
+        out.backward(dout)
+    finally:
+        cuda.SEPARATE_DQ_MAX_KEYS = threshold
+    return [t.grad for t in leaves]
+
+
+def check(log):
+    worst = 0.0
+    cases = []
+    for d in (64, 128):
+        for dtype in (torch.bfloat16, torch.float16):
+            for (B, Hkv, group, Nq, Nk) in ((2, 2, 1, 256, 256), (1, 2, 2, 127, 129), (1, 1, 4, 1000, 37),
+                                            (1, 2, 1, 37, 1000), (2, 1, 2, 513, 513), (1, 1, 1, 1, 1)):
+                for causal in (False, True):
+                    for det in (False, True):
+                        cases.append((d, dtype, B, Hkv, group, Nq, Nk, causal, det))
+    fails = 0
+    for (d, dtype, B, Hkv, group, Nq, Nk, causal, det) in cases:
+        gen = torch.Generator(device="cuda").manual_seed(Nq * 7 + Nk)
+        q = torch.randn(B, Hkv * group, Nq, d, device="cuda", dtype=dtype, generator=gen)
+        k, v = (torch.randn(B, Hkv, Nk, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+        dout = torch.randn_like(q)
+        refs = reference_grads(q, k, v, dout, causal)
+        grads = our_grads(q, k, v, dout, causal, det)
+        errs = [((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-3)).item() for g, r in zip(grads, refs)]
+        finite = all(torch.isfinite(g).all().item() for g in grads)
+        tol = 3e-2 if dtype == torch.bfloat16 else 5e-3
+        ok = finite and max(errs) <= tol
+        fails += not ok
+        worst = max(worst, max(errs) / tol)
+        line = (f"{'ok ' if ok else 'BAD'} d={d} {str(dtype)[6:]:8} B={B} Hkv={Hkv} g={group} Nq={Nq} Nk={Nk} "
+                f"causal={causal:d} det={det:d} err dq/dk/dv {errs[0]:.1e} {errs[1]:.1e} {errs[2]:.1e}")
+        log(line)
+        if not ok:
+            print(line, flush=True)
+    # deterministic: bit-identical across runs
+    q, k, v = (torch.randn(2, 4, 777, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    dout = torch.randn_like(q)
+    a = our_grads(q, k, v, dout, True, True)
+    b = our_grads(q, k, v, dout, True, True)
+    same = all(torch.equal(x, y) for x, y in zip(a, b))
+    print(f"correctness: {len(cases) - fails}/{len(cases)} cases within tolerance (worst {worst:.2f} of tol); "
+          f"deterministic bit-identical: {same}", flush=True)
+    return fails == 0 and same
+
+
+def median_ms(fn):
+    import triton.testing
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def timing(sizes, log):
+    rows = []
+    for d in (64, 128):
+        for n in sizes:
+            B, H = max(1, 16384 // n), max(1, 2048 // d)
+            q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            leaves = [t.requires_grad_() for t in (q, k, v)]
+            dout = torch.randn_like(q)
+            for causal in (False, True):
+                flops = 4 * B * H * n * n * d / (2 if causal else 1)
+                res = {}
+                for name in ("flash", "cudnn", "mma", "mma-det"):
+                    if name in ("flash", "cudnn"):
+                        backend = SDPBackend.FLASH_ATTENTION if name == "flash" else SDPBackend.CUDNN_ATTENTION
+
+                        def fwd(backend=backend):
+                            with sdpa_kernel(backend):
+                                return F.scaled_dot_product_attention(*leaves, is_causal=causal)
+                    else:
+                        def fwd(det=name.endswith("det")):
+                            return cuda.scaled_dot_product_attention(*leaves, is_causal=causal, kernel="mma",
+                                                                     deterministic=det)
+
+                    def step(fwd=fwd):
+                        return torch.autograd.grad(fwd(), leaves, dout)
+                    try:
+                        step()
+                        torch.cuda.synchronize()
+                        torch.cuda.reset_peak_memory_stats()
+                        before = torch.cuda.memory_allocated()
+                        g = step()
+                        torch.cuda.synchronize()
+                        extra = (torch.cuda.max_memory_allocated() - before) / 2**20
+                        del g
+                        t_fb = median_ms(step)
+                        t_f = median_ms(fwd)
+                        res[name] = (3.5 * flops / t_fb / 1e9, 2.5 * flops / (t_fb - t_f) / 1e9, extra)
+                    except Exception as exc:  # noqa: BLE001 - a backend that does not run this shape
+                        res[name] = None
+                        log(f"{name} d={d} N={n} causal={causal}: {type(exc).__name__}: {str(exc)[:100]}")
+                rows.append((d, n, causal, res))
+                log(f"d={d} N={n} causal={causal} " + " ".join(
+                    f"{k}={v[0]:.1f}/{v[1]:.1f}/{v[2]:.0f}MiB" if v else f"{k}=-" for k, v in res.items()))
+            del q, k, v, leaves, dout
+            torch.cuda.empty_cache()
+    return rows
+
+
+SWEEP = {64: ["64, 64, 64, 4, 1, 2", "64, 64, 128, 8, 1, 1", "64, 64, 128, 8, 2, 1"],
+         128: ["128, 64, 64, 4, 2, 2", "128, 64, 128, 8, 2, 1", "128, 64, 128, 8, 4, 1"]}
+
+
+def sweep(log):
+    import os
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+    src, nvcc = cuda.source_dir(), cuda.find_nvcc()
+    arch = cuda.device_arch()
+
+    def build(job):
+        d, traits, i = job
+        w = f"/tmp/bwd_sweep_{d}_{i}.cu"
+        with open(w, "w") as f:
+            f.write(f"#define SY_MMA_BWD_DKDV_TRAITS_D{d} MmaBwdTraits<{traits}>\n"   # expanded inside sy_attn
+                    f"#include \"{src}/attention_mma_bwd.cu\"\n")
+        so = f"/tmp/bwd_sweep_{d}_{i}.so"
+        r = subprocess.run([nvcc, *cuda.NVCC_FLAGS, *cuda._gencode(arch), "--shared", w, str(src / "attention_mma.cu"),
+                            str(src / "attention_naive.cu"), str(src / "attention_bwd.cu"), "-o", so],
+                           capture_output=True, text=True)
+        if r.returncode:
+            print(r.stderr[-1500:])
+            return None
+        return so
+
+    jobs = [(d, t, i) for d in SWEEP for i, t in enumerate(SWEEP[d])]
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        libs = list(pool.map(build, jobs))
+    ffi, default = cuda.library(arch)
+    lines = []
+    for (d, traits, i), so in zip(jobs, libs):
+        if so is None:
+            continue
+        cuda._libs[arch] = ffi.dlopen(so)
+        cells = []
+        n = 4096
+        B, H = 16384 // n, 2048 // d
+        q, k, v, dout = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        for causal in (False, True):
+            flops = 2.5 * 4 * B * H * n * n * d / (2 if causal else 1)
+            out, lse = cuda._launch(q, k, v, None, causal, 1 / math.sqrt(d), "mma")
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                ref = torch.autograd.grad(F.scaled_dot_product_attention(*leaves, is_causal=causal), leaves, dout)
+            for det in (False, True):
+                fn = lambda: cuda._launch_bwd(dout, q, k, v, out, lse, None, causal, 1 / math.sqrt(d), det)  # noqa: E731
+                grads = fn()
+                err = max(((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
+                          for g, r in zip(grads, ref))
+                cells.append(f"{flops / median_ms(fn) / 1e9:6.1f}{'' if err < 3e-2 else '!ERR'}")
+        lines.append(f"d={d:<4} dkdv traits <{traits}>: bwd TFLOP/s full atomic/det, causal atomic/det: " + " ".join(cells))
+        log(lines[-1])
+    cuda._libs[arch] = default
+    return lines
+
+
+def table(path):
+    import json
+    data = json.load(open(path))
+    groups = {}
+    for r in data["rows"]:
+        if r["params"].get("backward"):
+            groups.setdefault(r["group"], {})[r["variant"]] = r
+    names = ("sdpa-flash", "sdpa-cudnn", "mma", "mma-det", "hopper")
+    print("| d | N | causal | " + " | ".join(names) + " | mma / flash | hopper / flash | extra MiB flash / mma / mma-det |")
+    print("|---|---|---|" + "---|" * (len(names) + 3))
+    for rs in groups.values():
+        p = next(iter(rs.values()))["params"]
+        cells = [f"{rs[v]['metrics']['TFLOP/s']:.0f}" if v in rs else "-" for v in names]
+        ratios = [f"{rs[v]['ratio']:.2f}x" if v in rs else "-" for v in ("mma", "hopper")]
+        mem = " / ".join(f"{rs[v]['metrics']['extra_MiB']:.0f}" for v in ("sdpa-flash", "mma", "mma-det") if v in rs)
+        print(f"| {p['d']} | {p['N']} | {'yes' if p['causal'] else 'no'} | " + " | ".join(cells) + " | "
+              + " | ".join(ratios) + f" | {mem} |")
+    errs = [r["metrics"]["err"] for rs in groups.values() for r in rs.values()]
+    print(f"max dq err vs sdpa-flash: {max(errs):.3g}; {data['notes']}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096])
+    ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--table", default=None, help="print the fwd+bwd rows of a bench JSON and exit")
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+    if args.table:
+        return table(args.table)
+    logf = open(f"{args.out}/bwd_device.log", "w")
+
+    def log(s):
+        logf.write(s + "\n")
+        logf.flush()
+
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    t0 = time.time()
+    torch.zeros(1, device="cuda")
+    cuda.library(cuda.device_arch())
+    print(f"build+load {time.time() - t0:.0f}s", flush=True)
+    if not args.skip_check:
+        check(log)
+    sweep_lines = sweep(log) if args.sweep else []
+    rows = timing(args.sizes, log)
+    for line in sweep_lines:
+        print(line)
+    print("\nfwd+bwd TFLOP/s (3.5x fwd FLOPs) | bwd-only TFLOP/s (2.5x, fwd+bwd time minus fwd time) | extra MiB")
+    print(f"{'d':>4} {'N':>6} {'causal':>6} | " + " | ".join(f"{k:>20}" for k in ("flash", "cudnn", "mma", "mma-det"))
+          + " | mma/flash")
+    for d, n, causal, res in rows:
+        cells = [f"{v[0]:6.1f} {v[1]:6.1f} {v[2]:6.0f}" if v else f"{'-':>20}" for v in res.values()]
+        ratio = res["mma"][0] / res["flash"][0] if res.get("mma") and res.get("flash") else float("nan")
+        print(f"{d:>4} {n:>6} {str(causal):>6} | " + " | ".join(f"{c:>20}" for c in cells) + f" | {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""One device run for the `hopper` kernel: correctness against float64, then timings beside SDPA.
+
+    . .device/bootstrap.sh && PYTHONUNBUFFERED=1 python3 scripts/hopper_check.py --out $OUT
+
+Correctness: every kernel variant (d 64/128, bf16/fp16, causal or not, GQA, Nq != Nk, odd N, the
+(B, N, H, d) strided layout) on NaN-poisoned outputs against a float64 reference, relative error
+max|out - ref| / max|ref| and the log-sum-exp. Timings: bf16, B*N = 16384 tokens, H*d = 2048 (the
+attention-gpu suite's setting), triton.testing.do_bench median over inputs rotated among two sets,
+sdpa-flash, sdpa-cudnn, mma and hopper side by side; a short table printed last.
+"""
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from sympathy.attention import cuda  # noqa: E402
+from test_attention_gpu import make_inputs, reference, relative_error, run_poisoned  # noqa: E402
+
+
+class _HopperFrom:
+    """The loaded library with sy_attn_hopper_fwd taken from another build (a tile-sweep variant)."""
+
+    def __init__(self, main, variant):
+        self._main, self._variant = main, variant
+
+    def __getattr__(self, name):
+        return getattr(self._variant if name == "sy_attn_hopper_fwd" else self._main, name)
+
+
+def variant_libs(specs, log):
+    """{name: lib} for specs 'name:-DMACRO=value,-DMACRO=value'; '' is the default build."""
+    arch = cuda.device_arch()
+    ffi, main = cuda.library(arch)
+    libs = {"": main}
+    for spec in specs:
+        name, defines = spec.split(":", 1)
+        if defines == "no-tile-counter":   # the default build with one block per tile (no persistent grid)
+            def one_block_per_tile(p, stream):
+                p.tile_counter = ffi.NULL
+                return main.sy_attn_hopper_fwd(p, stream)
+            libs[name] = _HopperFrom(main, type("NoCounter", (), {"sy_attn_hopper_fwd": staticmethod(one_block_per_tile)}))
+            log(f"variant {name}: {defines}")
+            continue
+        out = Path(tempfile.mkdtemp()) / f"hopper_{name}.so"
+        source = cuda.source_dir() / "attention_hopper.cu"
+        if defines.startswith("source="):   # an earlier version of the file, for a same-run comparison
+            source, defines = Path(defines[len("source="):]).resolve(), f"-I{cuda.source_dir()}"
+        cmd = [cuda.find_nvcc(), *cuda.NVCC_FLAGS, *cuda._gencode(arch), *defines.split(","), "--shared",
+               str(source), "-o", str(out)]
+        subprocess.run(cmd, check=True)
+        libs[name] = _HopperFrom(main, ffi.dlopen(str(out)))
+        log(f"variant {name}: {defines}")
+    return libs
+
+
+def use(libs, name):
+    cuda._libs[cuda.device_arch()] = libs[name]
+
+
+def check(log) -> bool:
+    cases = [  # B, Hkv, group, Nq, Nk, d, dtype, layout, causal
+        (2, 2, 1, 1024, 1024, 128, torch.bfloat16, "bhnd", False),
+        (2, 2, 1, 1024, 1024, 128, torch.bfloat16, "bhnd", True),
+        (2, 2, 1, 1024, 1024, 64, torch.bfloat16, "bhnd", False),
+        (2, 2, 1, 1024, 1024, 64, torch.float16, "bhnd", True),
+        (1, 2, 3, 333, 333, 128, torch.float16, "bnhd", True),
+        (1, 2, 2, 200, 777, 64, torch.bfloat16, "bnhd", False),
+        (1, 1, 2, 777, 200, 128, torch.bfloat16, "bhnd", True),
+        (3, 1, 1, 1, 1, 64, torch.bfloat16, "bhnd", False),
+        (1, 2, 1, 4099, 4099, 128, torch.bfloat16, "bhnd", True),
+        (1, 2, 1, 2048, 2048, 64, torch.float16, "bnhd", False),
+    ]
+    ok = True
+    for B, Hkv, group, Nq, Nk, d, dtype, layout, causal in cases:
+        q, k, v = make_inputs(B, Hkv, group, Nq, Nk, d, dtype, layout, seed=Nq * 7 + Nk + d)
+        ref_out, ref_lse = reference(q, k, v, is_causal=causal)
+        for kernel in ("mma", "hopper"):
+            out, lse = run_poisoned(q, k, v, kernel, is_causal=causal)
+            nan = bool(torch.isnan(out).any() or torch.isnan(lse).any())
+            err = relative_error(out, ref_out)
+            finite = torch.isfinite(ref_lse)
+            lse_err = (lse.double()[finite] - ref_lse[finite]).abs().max().item()
+            good = not nan and err <= (1.6e-2 if dtype == torch.bfloat16 else 4e-3) and lse_err <= 2e-3
+            ok &= good
+            log(f"{'ok  ' if good else 'FAIL'} {kernel:6s} B={B} Hkv={Hkv} g={group} Nq={Nq} Nk={Nk} d={d} "
+                f"{str(dtype)[6:]} {layout} causal={causal}: err {err:.2e} lse {lse_err:.2e} nan={nan}")
+    return ok
+
+
+def median_ms(fn) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def bench(sizes, head_dims, log, libs, variant_sizes):
+    rows = []
+    backends = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}
+    for d in head_dims:
+        for n in sizes:
+            for causal in (False, True):
+                B, H = max(1, 16384 // n), 2048 // d
+                sets = [[torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)] for _ in range(2)]
+                flops = 4.0 * B * H * n * n * d / (2 if causal else 1)
+                # float64 reference on one head of the first set (the whole tensor would be slow)
+                q0, k0, v0 = (t[:1, :1] for t in sets[0])
+                ref = reference(q0, k0, v0, is_causal=causal)[0]
+                turn = [0]
+
+                def runner(name):
+                    def call():
+                        qkv = sets[turn[0] % 2]
+                        turn[0] += 1
+                        if name.startswith("sdpa-"):
+                            with sdpa_kernel(backends[name]):
+                                return torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
+                        return cuda.scaled_dot_product_attention(*qkv, is_causal=causal, kernel=name)
+                    return call
+
+                names = ["sdpa-flash", "sdpa-cudnn", "mma", "hopper"]
+                if n in variant_sizes:
+                    names += [f"hopper:{v}" for v in libs if v]
+                for name in names:
+                    use(libs, name.split(":")[1] if ":" in name else "")
+                    fn = runner(name.split(":")[0])
+                    try:
+                        turn[0] = 0
+                        out = fn()
+                    except RuntimeError as exc:
+                        log(f"skip {name} d={d} N={n} causal={causal}: {str(exc).splitlines()[0][:100]}")
+                        continue
+                    err = relative_error(out[:1, :1], ref)
+                    ms = median_ms(fn)
+                    rows.append(dict(d=d, N=n, causal=causal, variant=name, ms=ms, tflops=flops / ms / 1e9, err=err))
+                    log(f"d={d} N={n} causal={causal} {name:10s} {flops / ms / 1e9:7.1f} TFLOP/s {ms:8.3f} ms err {err:.1e}")
+                del sets
+                torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--no-check", action="store_true")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME:-DSY_HOPPER_D128_BLOCK_N=176,-D...: also time (and check) this tile build")
+    parser.add_argument("--variant-sizes", type=int, nargs="+", default=[2048, 4096])
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    logf = open(args.out / "hopper_check.log", "w")
+
+    def log(text):
+        print(text)
+        logf.write(text + "\n")
+        logf.flush()
+
+    log(f"{torch.cuda.get_device_name()} torch {torch.__version__} arch {cuda.device_arch()}")
+    libs = variant_libs(args.variant, log)
+    for name in libs:
+        use(libs, name)
+        if not args.no_check and not check(log):
+            log(f"CORRECTNESS FAILED ({name or 'default'}): timings still follow, for the record")
+    use(libs, "")
+    rows = bench(args.sizes, args.head_dims, log, libs, set(args.variant_sizes))
+    (args.out / "hopper_bench.json").write_text(json.dumps(rows, indent=1))
+    print("\n| d | N | causal | sdpa-flash | sdpa-cudnn | mma | hopper | hopper / cudnn |")
+    print("|---|---|---|---|---|---|---|---|")
+    keys = sorted({(r["d"], r["N"], r["causal"]) for r in rows})
+    for key in keys:
+        got = {r["variant"]: r["tflops"] for r in rows if (r["d"], r["N"], r["causal"]) == key}
+        ratio = got.get("hopper", math.nan) / got.get("sdpa-cudnn", math.nan)
+        cells = " | ".join(f"{got.get(v, math.nan):.0f}" for v in ("sdpa-flash", "sdpa-cudnn", "mma", "hopper"))
+        extra = " ".join(f"{v}={t:.0f}" for v, t in got.items() if ":" in v)
+        print(f"| {key[0]} | {key[1]} | {'yes' if key[2] else 'no'} | {cells} | {ratio:.2f} | {extra}")
+
+
+if __name__ == "__main__":
+    main()
