@@ -83,6 +83,40 @@ struct OnlineSoftmaxFragment {
     // 1; skip acc's multiplies when it is 1 for every row of the warp (a vote, so the branch never
     // diverges). It shortens register lifetimes (d = 128 spills less) but splits the basic block the
     // scheduler interleaves exps and mma in, which cost d = 64 ~5 %: a per-tile choice.
+    // Row r (= 2 ma + half) of a new block of scores: its running maximum grows to cover them; returns
+    // the grown maximum pre-scaled for exp2 and sets alpha, the factor that moves the old sums
+    // (l_i, acc) onto it. Quad-wide: the row's columns are spread over 4 threads.
+    template <int kNTilesS>
+    __device__ __forceinline__ float grow_max(const float (&rS)[kMAtoms][kNTilesS][4], int ma, int half,
+                                              float scale_log2, float &alpha) {
+        const int r = 2 * ma + half;
+        float m_new = m_i[r];
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt)
+            m_new = fmaxf(m_new, fmaxf(rS[ma][nt][2 * half], rS[ma][nt][2 * half + 1]));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+        const float m_scaled = scaled_max(m_new, scale_log2);
+        alpha = fast_exp2(m_i[r] * scale_log2 - m_scaled);
+        m_i[r] = m_new;
+        return m_scaled;
+    }
+
+    // The row's scores become probabilities (relative to the grown maximum), added to the sum l.
+    template <int kNTilesS>
+    __device__ __forceinline__ void exponentiate(float (&rS)[kMAtoms][kNTilesS][4], int ma, int half,
+                                                 float scale_log2, float m_scaled, float &l) {
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                float &s = rS[ma][nt][2 * half + c];
+                s = fast_exp2(s * scale_log2 - m_scaled);
+                l += s;
+            }
+        }
+    }
+
     template <bool kSkipUnitAlpha, int kNTilesS, int kNTilesO>
     __device__ __forceinline__ void rescale(float (&rS)[kMAtoms][kNTilesS][4],
                                             float (&acc)[kMAtoms][kNTilesO][4], float scale_log2) {
@@ -91,15 +125,8 @@ struct OnlineSoftmaxFragment {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {   // rows lane/4 (regs 0,1) and lane/4 + 8 (regs 2,3)
                 const int r = 2 * ma + half;
-                float m_new = m_i[r];
-#pragma unroll
-                for (int nt = 0; nt < kNTilesS; ++nt)
-                    m_new = fmaxf(m_new, fmaxf(rS[ma][nt][2 * half], rS[ma][nt][2 * half + 1]));
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-                const float m_scaled = scaled_max(m_new, scale_log2);
-                const float alpha = fast_exp2(m_i[r] * scale_log2 - m_scaled);
-                m_i[r] = m_new;
+                float alpha;
+                const float m_scaled = grow_max(rS, ma, half, scale_log2, alpha);
                 l_i[r] *= alpha;
                 if (!kSkipUnitAlpha || __any_sync(0xffffffffu, alpha != 1.f)) {
 #pragma unroll
@@ -108,15 +135,7 @@ struct OnlineSoftmaxFragment {
                         acc[ma][nt][2 * half + 1] *= alpha;
                     }
                 }
-#pragma unroll
-                for (int nt = 0; nt < kNTilesS; ++nt) {
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        float &s = rS[ma][nt][2 * half + c];
-                        s = fast_exp2(s * scale_log2 - m_scaled);
-                        l_i[r] += s;
-                    }
-                }
+                exponentiate(rS, ma, half, scale_log2, m_scaled, l_i[r]);
             }
         }
     }
@@ -133,25 +152,9 @@ struct OnlineSoftmaxFragment {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int r = 2 * ma + half;
-                float m_new = m_i[r];
-#pragma unroll
-                for (int nt = 0; nt < kNTilesS; ++nt)
-                    m_new = fmaxf(m_new, fmaxf(rS[ma][nt][2 * half], rS[ma][nt][2 * half + 1]));
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-                const float m_scaled = scaled_max(m_new, scale_log2);
-                alpha[r] = fast_exp2(m_i[r] * scale_log2 - m_scaled);
-                m_i[r] = m_new;
+                const float m_scaled = grow_max(rS, ma, half, scale_log2, alpha[r]);
                 float l = l_i[r] * alpha[r];
-#pragma unroll
-                for (int nt = 0; nt < kNTilesS; ++nt) {
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        float &s = rS[ma][nt][2 * half + c];
-                        s = fast_exp2(s * scale_log2 - m_scaled);
-                        l += s;
-                    }
-                }
+                exponentiate(rS, ma, half, scale_log2, m_scaled, l);
                 l_i[r] = l;
             }
         }
