@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import sympathy as sy
@@ -37,12 +37,23 @@ def naive_float32(q, k, v, is_causal, scale, group):
     return (p / p.sum(axis=-1, keepdims=True)) @ v
 
 
+def exp_argument_rounding(q, k, v, scale, group):
+    """A bound on what rounding exp's argument costs any float32 kernel: the kernel forms
+    s * scale * log2(e) - m * scale * log2(e), two large numbers whose float32 rounding (|m| eps each)
+    becomes a relative error of the largest probabilities, times |v|. One sample of plain float32
+    attention (the budget below) can happen to round luckily; this term does not depend on luck
+    (seen: scale 2, d = 64, row maxima ~40: the C kernel 5.9e-6 against a naive sample of 6.8e-7)."""
+    s = np.abs(q.astype(np.float64) @ np.swapaxes(np.repeat(k, group, axis=1).astype(np.float64), -1, -2)) * scale
+    return 2 * np.finfo(np.float32).eps * math.log2(math.e) * s.max(initial=0.0) * np.abs(v).max(initial=0.0)
+
+
 def assert_close_to_reference(got, q, k, v, is_causal, scale, group, factor=4.0):
     ref = sy.attention.reference(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=group > 1)
-    budget = np.abs(naive_float32(q, k, v, is_causal, scale if scale is not None else 1 / math.sqrt(q.shape[-1]),
-                                  group) - ref).max()
+    scale = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    budget = np.abs(naive_float32(q, k, v, is_causal, scale, group) - ref).max()
     err = np.abs(got.astype(np.float64) - ref).max()
-    assert err <= factor * budget + 2e-6, f"error {err:.3g} vs float32 budget {budget:.3g}"
+    slack = 2e-6 + exp_argument_rounding(q, k, v, scale, group)
+    assert err <= factor * budget + slack, f"error {err:.3g} vs float32 budget {budget:.3g} (+ {slack:.3g})"
 
 
 shapes = st.fixed_dictionaries({
@@ -57,6 +68,8 @@ shapes = st.fixed_dictionaries({
 # ---- every path against the reference ---------------------------------------------------------------
 @settings(max_examples=40, deadline=None)
 @given(case=shapes, block_q=st.integers(1, 70), block_k=st.integers(1, 70))
+@example(case=dict(b=1, hk=1, group=2, nq=1, nk=59, d=64, dv=None, causal=False, scale=2.0, magnitude=1.0, seed=0),
+         block_q=1, block_k=1)   # large logits: found by hypothesis in CI (exp_argument_rounding)
 def test_cpu_matches_reference_on_random_shapes(case, block_q, block_k):
     rng = np.random.default_rng(case["seed"])
     hq = case["hk"] * case["group"]
