@@ -23,6 +23,7 @@
 #include "attention_common.cuh"
 #include "hopper_traits.cuh"
 #include "hopper_wgmma.cuh"
+#include "mma_primitives.cuh"   // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
 #include "softmax.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -64,10 +65,6 @@ struct TileScheduler {
 
 #ifdef SY_HOPPER_DEVICE_CODE
 // ---- PTX wrappers: mbarriers, TMA, wgmma, named barriers, register reconfiguration -----------------
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals));
 }
@@ -155,16 +152,6 @@ template <> struct WgmmaN<128> { template <typename T> using Op = WgmmaM64N128<T
 template <> struct WgmmaN<176> { template <typename T> using Op = WgmmaM64N176<T>; };
 template <> struct WgmmaN<192> { template <typename T> using Op = WgmmaM64N192<T>; };
 
-template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
 // ---- shared memory ----------------------------------------------------------------------------------
 // The ring's barriers. Every consumer thread arrives on an empty barrier (128 x kConsumerWGs arrivals): it
 // releases the stage once its own wait_group returned, with no extra warpgroup barrier.
@@ -204,27 +191,27 @@ __device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CU
                                              const CUtensorMap *tm_v, int &kv_iter, int m0, int h,
                                              int h_kv, int b, int n_blocks) {
     Barriers<Tr> &bar = *sm.bars;
-    mbar_arrive_expect_tx(smem_u32(&bar.q_full), Tr::kQBytes);
+    mbar_arrive_expect_tx(smem_addr(&bar.q_full), Tr::kQBytes);
 #pragma unroll
     for (int p = 0; p < Tr::kPanels; ++p)
-        tma_load_4d(smem_u32(sm.q + p * Tr::kQPanelBytes), tm_q, smem_u32(&bar.q_full), p * Tr::kPanelCols, m0, h, b);
+        tma_load_4d(smem_addr(sm.q + p * Tr::kQPanelBytes), tm_q, smem_addr(&bar.q_full), p * Tr::kPanelCols, m0, h, b);
     for (int j = 0; j < n_blocks; ++j, ++kv_iter) {
         const int stage = kv_iter % Tr::kStages;
         // A fresh barrier counts as having completed the phase before its first, so the first lap
         // waits on parity 1 and passes at once; lap L waits for the consumers' release of lap L-1.
         const uint32_t empty_parity = ((kv_iter / Tr::kStages) & 1) ^ 1;
         const int row = j * Tr::kBlockN;
-        mbar_wait(smem_u32(&bar.k_empty[stage]), empty_parity);
-        mbar_arrive_expect_tx(smem_u32(&bar.k_full[stage]), Tr::kKVBytes);
+        mbar_wait(smem_addr(&bar.k_empty[stage]), empty_parity);
+        mbar_arrive_expect_tx(smem_addr(&bar.k_full[stage]), Tr::kKVBytes);
 #pragma unroll
         for (int p = 0; p < Tr::kPanels; ++p)
-            tma_load_4d(smem_u32(sm.k + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_k, smem_u32(&bar.k_full[stage]),
+            tma_load_4d(smem_addr(sm.k + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.k_full[stage]),
                         p * Tr::kPanelCols, row, h_kv, b);
-        mbar_wait(smem_u32(&bar.v_empty[stage]), empty_parity);
-        mbar_arrive_expect_tx(smem_u32(&bar.v_full[stage]), Tr::kKVBytes);
+        mbar_wait(smem_addr(&bar.v_empty[stage]), empty_parity);
+        mbar_arrive_expect_tx(smem_addr(&bar.v_full[stage]), Tr::kKVBytes);
 #pragma unroll
         for (int p = 0; p < Tr::kPanels; ++p)
-            tma_load_4d(smem_u32(sm.v + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_v, smem_u32(&bar.v_full[stage]),
+            tma_load_4d(smem_addr(sm.v + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.v_full[stage]),
                         p * Tr::kPanelCols, row, h_kv, b);
     }
 }
@@ -281,9 +268,9 @@ struct Consumer {
     // S = Q K^T of key block j (stage j % kStages), issued, not waited for.
     __device__ __forceinline__ void issue_s(int j) {
         const int stage = stage_of(j);
-        mbar_wait(smem_u32(&sm.bars->k_full[stage]), full_parity(j));
-        const uint32_t q_base = smem_u32(sm.q) + wg * Tr::kRowsPerWG * Tr::kRowBytes;
-        const uint32_t k_base = smem_u32(sm.k) + stage * Tr::kKVBytes;
+        mbar_wait(smem_addr(&sm.bars->k_full[stage]), full_parity(j));
+        const uint32_t q_base = smem_addr(sm.q) + wg * Tr::kRowsPerWG * Tr::kRowBytes;
+        const uint32_t k_base = smem_addr(sm.k) + stage * Tr::kKVBytes;
         fence_regs(flat_s());
         wgmma_fence();
 #pragma unroll
@@ -301,8 +288,8 @@ struct Consumer {
     // O += P V of key block j, P from registers, issued, not waited for.
     __device__ __forceinline__ void issue_pv(int j) {
         const int stage = stage_of(j);
-        mbar_wait(smem_u32(&sm.bars->v_full[stage]), full_parity(j));
-        const uint32_t v_base = smem_u32(sm.v) + stage * Tr::kKVBytes;
+        mbar_wait(smem_addr(&sm.bars->v_full[stage]), full_parity(j));
+        const uint32_t v_base = smem_addr(sm.v) + stage * Tr::kKVBytes;
         fence_regs(flat_acc());
         fence_regs(rP);
         wgmma_fence();
@@ -315,7 +302,7 @@ struct Consumer {
         wgmma_commit();
     }
 
-    __device__ __forceinline__ void release(uint64_t *empty) { mbar_arrive(smem_u32(empty)); }
+    __device__ __forceinline__ void release(uint64_t *empty) { mbar_arrive(smem_addr(empty)); }
 
     // ptxas schedules wgmma.wait_group as early as it may, and register-only arithmetic is free to
     // move below it: it moved the 64 exponentials of fold() after the wait for P V, so nothing
@@ -323,7 +310,7 @@ struct Consumer {
     // store keeps its place before the wait, and l_i depends on every exponential, so storing l_i
     // pins the softmax ahead of the wait. The values are never read.
     __device__ __forceinline__ void pin_softmax() {
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(smem_u32(sm.sink + threadIdx.x - 128)),
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(smem_addr(sm.sink + threadIdx.x - 128)),
                      "f"(softmax.l_i[0]), "f"(softmax.l_i[1])
                      : "memory");
     }
@@ -348,10 +335,10 @@ struct Consumer {
     __device__ __forceinline__ void convert_p() {
 #pragma unroll
         for (int kk = 0; kk < Tr::kPVSteps; ++kk) {
-            rP[kk][0] = pack2<T>(rS[0][2 * kk][0], rS[0][2 * kk][1]);
-            rP[kk][1] = pack2<T>(rS[0][2 * kk][2], rS[0][2 * kk][3]);
-            rP[kk][2] = pack2<T>(rS[0][2 * kk + 1][0], rS[0][2 * kk + 1][1]);
-            rP[kk][3] = pack2<T>(rS[0][2 * kk + 1][2], rS[0][2 * kk + 1][3]);
+            rP[kk][0] = MmaOp<T>::pack(rS[0][2 * kk][0], rS[0][2 * kk][1]);
+            rP[kk][1] = MmaOp<T>::pack(rS[0][2 * kk][2], rS[0][2 * kk][3]);
+            rP[kk][2] = MmaOp<T>::pack(rS[0][2 * kk + 1][0], rS[0][2 * kk + 1][1]);
+            rP[kk][3] = MmaOp<T>::pack(rS[0][2 * kk + 1][2], rS[0][2 * kk + 1][3]);
         }
     }
 
@@ -426,7 +413,7 @@ struct Consumer {
             T *gRow = gO + row * p.o_strides[2] + thread_col;
 #pragma unroll
             for (int nt = 0; nt < kNTilesO; ++nt)
-                *reinterpret_cast<uint32_t *>(gRow + nt * 8) = pack2<T>(acc[0][nt][2 * half], acc[0][nt][2 * half + 1]);
+                *reinterpret_cast<uint32_t *>(gRow + nt * 8) = MmaOp<T>::pack(acc[0][nt][2 * half], acc[0][nt][2 * half + 1]);
             if (thread_col == 0) gLse[row] = lse[half];
         }
     }
@@ -465,13 +452,13 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 
     if (threadIdx.x == 0) {
         Barriers<Tr> &bar = *sm.bars;
-        mbar_init(smem_u32(&bar.q_full), 1);
-        mbar_init(smem_u32(&bar.q_empty), 128 * Tr::kConsumerWGs);
+        mbar_init(smem_addr(&bar.q_full), 1);
+        mbar_init(smem_addr(&bar.q_empty), 128 * Tr::kConsumerWGs);
         for (int s = 0; s < Tr::kStages; ++s) {
-            mbar_init(smem_u32(&bar.k_full[s]), 1);   // the producer's expect_tx arrival; the bytes complete it
-            mbar_init(smem_u32(&bar.v_full[s]), 1);
-            mbar_init(smem_u32(&bar.k_empty[s]), 128 * Tr::kConsumerWGs);
-            mbar_init(smem_u32(&bar.v_empty[s]), 128 * Tr::kConsumerWGs);
+            mbar_init(smem_addr(&bar.k_full[s]), 1);   // the producer's expect_tx arrival; the bytes complete it
+            mbar_init(smem_addr(&bar.v_full[s]), 1);
+            mbar_init(smem_addr(&bar.k_empty[s]), 128 * Tr::kConsumerWGs);
+            mbar_init(smem_addr(&bar.v_empty[s]), 128 * Tr::kConsumerWGs);
         }
         // Make the initialised barriers visible to the copy engine (the async proxy) too.
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -488,10 +475,10 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             int kv_iter = 0;
             for (int t = blockIdx.x, tile_iter = 0;; ++tile_iter) {
                 // The Q buffer is free once every consumer has finished the previous tile's S GEMMs.
-                mbar_wait(smem_u32(&bar.q_empty), (tile_iter & 1) ^ 1);
+                mbar_wait(smem_addr(&bar.q_empty), (tile_iter & 1) ^ 1);
                 bar.tile = t;
                 if (t >= sched.n_tiles) {
-                    mbar_arrive(smem_u32(&bar.q_full));   // completes the phase with no bytes: "stop"
+                    mbar_arrive(smem_addr(&bar.q_full));   // completes the phase with no bytes: "stop"
                     break;
                 }
                 const TileScheduler::Tile tile = sched.tile(t, kCausal);
@@ -507,7 +494,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         Consumer<Tr, T, kCausal> consumer(sm, warpgroup - 1, p.scale);
         int kv_iter = 0;
         for (int tile_iter = 0;; ++tile_iter) {
-            mbar_wait(smem_u32(&sm.bars->q_full), tile_iter & 1);
+            mbar_wait(smem_addr(&sm.bars->q_full), tile_iter & 1);
             const int t = *reinterpret_cast<volatile int *>(&sm.bars->tile);
             if (t >= sched.n_tiles) break;
             const TileScheduler::Tile tile = sched.tile(t, kCausal);
