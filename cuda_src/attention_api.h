@@ -44,7 +44,9 @@ int sy_attn_mma_fwd(const sy_attn_params *params, void *stream);
 int sy_attn_hopper_fwd(const sy_attn_params *params, void *stream);   /* sm_90a: attention_hopper.cu */
 const char *sy_attn_error_string(int status);
 
-/* Backward: sy_attn_mma_bwd (cuda_src/attention_mma_bwd.cu: tensor cores, fp16/bf16) and
+/* Backward: sy_attn_hopper_bwd (cuda_src/attention_hopper_bwd.cu: wgmma and TMA, sm_90a, fp16/bf16, the
+   mma workspaces; SY_EUNSUPPORTED when deterministic), sy_attn_mma_bwd (cuda_src/attention_mma_bwd.cu:
+   tensor cores, fp16/bf16) and
    sy_attn_tiled_bwd (cuda_src/attention_bwd.cu: fp32 math, any of the three dtypes). q, k, v, o,
    dout as in the forward (dout: o's shape, its own strides); lse the forward's. dq (B, Hq, Nq, d),
    dk and dv (B, Hkv, Nk, d): outputs, element type `dtype`, own strides. The float workspaces are
@@ -75,6 +77,7 @@ typedef struct sy_attn_bwd_params {
 
 int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream);
+int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream);   /* sm_90a, not deterministic: attention_hopper_bwd.cu */
 /* CDEF END */
 
 #ifdef __cplusplus

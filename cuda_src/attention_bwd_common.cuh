@@ -1,10 +1,12 @@
-// What the two backward families (attention_bwd.cu: fp32 `tiled`; attention_mma_bwd.cu: tensor
-// cores) share: the preprocess pass D = rowsum(dO o O) and the fp32-workspace -> dtype reduce.
+// What the backward families (attention_bwd.cu: fp32 `tiled`; attention_mma_bwd.cu and
+// attention_hopper_bwd.cu: tensor cores) share: the preprocess pass D = rowsum(dO o O), the
+// fp32-workspace -> dtype reduce, and the writers of accumulator tiles.
 #pragma once
 
 #include <algorithm>
 
 #include "attention_common.cuh"
+#include "mma_primitives.cuh"   // MmaOp<T>::pack
 
 namespace sy_attn {
 
@@ -86,6 +88,85 @@ int launch_reduce(const float *src, void *dst, const int64_t strides[3], int bat
     reduce_kernel<T><<<blocks, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), strides[0], strides[1],
                                                            strides[2], batch, heads_dst, group, n_rows, head_dim, scale);
     return launch_status();
+}
+
+// ---- accumulator tiles to global memory (the mma and hopper backwards) -------------------------------------
+// mma.sync's m16n8 accumulator and each warp's 16 rows of a wgmma m64nN accumulator share one layout.
+// Where a lane's m16n8 accumulator elements sit: element c (0..3) of n8 tile nt is in column
+// nt * 8 + 2 * (lane % 4) + c % 2 and row lane / 4 + (c / 2) * 8.
+struct Fragment {
+    static __device__ __forceinline__ int col(int nt, int c, int lane) { return nt * 8 + 2 * (lane % 4) + c % 2; }
+    static __device__ __forceinline__ int row(int reg, int lane) { return lane / 4 + (reg / 2) * 8; }
+};
+
+// Store an m16 x (kNTiles * 8) accumulator tile (rows row0 + lane/4 (+8)) to a (rows, d) head slice
+// in T, times scale; rows at or past n_rows are dropped.
+template <typename T, int kNTiles>
+__device__ __forceinline__ void store_rows(T *gHead, int64_t row_stride, int row0, int n_rows,
+                                           const float (&acc)[kNTiles][4], float scale, int lane) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = row0 + lane / 4 + half * 8;
+        if (row >= n_rows) continue;
+        T *gRow = gHead + row * row_stride;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+            *reinterpret_cast<uint32_t *>(gRow + Fragment::col(nt, 0, lane)) =
+                MmaOp<T>::pack(acc[nt][2 * half] * scale, acc[nt][2 * half + 1] * scale);
+    }
+}
+
+// The same tile in fp32 to a contiguous (rows, row_stride) workspace slice (GQA: summed by reduce later).
+template <int kNTiles>
+__device__ __forceinline__ void store_rows_f32(float *gHead, int row_stride, int row0, int n_rows,
+                                               const float (&acc)[kNTiles][4], float scale, int lane) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = row0 + lane / 4 + half * 8;
+        if (row >= n_rows) continue;
+        float *gRow = gHead + static_cast<int64_t>(row) * row_stride;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+            *reinterpret_cast<float2 *>(gRow + Fragment::col(nt, 0, lane)) =
+                make_float2(acc[nt][2 * half] * scale, acc[nt][2 * half + 1] * scale);
+    }
+}
+
+// Add an m16 x (kNTiles * 8) accumulator tile to rows row0 + lane / 4 (+ 8) of a (rows, row_stride)
+// fp32 workspace, rows at or past n_rows dropped. Relaxed device-scope adds: the blocks of other key
+// blocks add to the same elements in any order, and nothing reads the workspace before the kernel
+// boundary. sm_90 has 16-byte float atomics: lanes t and t ^ 1 of a quad swap one row half's pair,
+// so the even lane adds 4 consecutive floats of row lane / 4 and the odd lane 4 of row lane / 4 + 8
+// (a quarter of the atomic instructions of one add per float); sm_80 adds float by float.
+template <int kNTiles>
+__device__ __forceinline__ void atomic_add_rows(float *gHead, int row_stride, int row0, int n_rows,
+                                                const float (&acc)[kNTiles][4], int lane) {
+#if __CUDA_ARCH__ >= 900
+    const bool even = lane % 2 == 0;
+    const int row = row0 + lane / 4 + (even ? 0 : 8);
+    float *gRow = gHead + static_cast<int64_t>(row) * row_stride + (lane % 4 - (even ? 0 : 1)) * 2;
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+        // even lanes give away their row-(g+8) pair, odd lanes their row-g pair
+        const float give0 = even ? acc[nt][2] : acc[nt][0], give1 = even ? acc[nt][3] : acc[nt][1];
+        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+        const float4 sum = even ? make_float4(acc[nt][0], acc[nt][1], got0, got1)
+                                : make_float4(got0, got1, acc[nt][2], acc[nt][3]);
+        if (row < n_rows) atomicAdd(reinterpret_cast<float4 *>(gRow + nt * 8), sum);
+    }
+#else
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = row0 + lane / 4 + half * 8;
+        if (row >= n_rows) continue;
+        float *gRow = gHead + static_cast<int64_t>(row) * row_stride;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+            atomicAdd(gRow + Fragment::col(nt, 0, lane), acc[nt][2 * half]);
+            atomicAdd(gRow + Fragment::col(nt, 1, lane), acc[nt][2 * half + 1]);
+        }
+    }
+#endif
 }
 
 // Pointers and sizes a direct C caller could get wrong; the Python layer validates first.

@@ -23,13 +23,6 @@
 namespace sy_attn {
 namespace {
 
-// Where a lane's m16n8 accumulator elements sit: element c (0..3) of n8 tile nt is in column
-// nt * 8 + 2 * (lane % 4) + c % 2 and row lane / 4 + (c / 2) * 8.
-struct Fragment {
-    static __device__ __forceinline__ int col(int nt, int c, int lane) { return nt * 8 + 2 * (lane % 4) + c % 2; }
-    static __device__ __forceinline__ int row(int reg, int lane) { return lane / 4 + (reg / 2) * 8; }
-};
-
 // Accumulator fragments of one m16 x (kNTiles * 8) tile, packed to 16-bit A fragments of the next
 // product (k16 step kk is n8 tiles 2kk and 2kk + 1): the forward's P -> P V conversion, no shuffle.
 template <typename T, int kNTiles>
@@ -87,76 +80,6 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[kNTiles][4], const uint32_t
             MmaOp<T>::run(acc[2 * dp + 1], a[kk], b[2], b[3]);
         }
     }
-}
-
-// Store an m16 x d accumulator tile (rows row0 + lane/4 (+8)) to a (rows, d) head slice in T,
-// times scale; rows at or past n_rows are dropped.
-template <class Tr, typename T>
-__device__ __forceinline__ void store_rows(T *gHead, int64_t row_stride, int row0, int n_rows,
-                                           const float (&acc)[Tr::kNTilesD][4], float scale, int lane) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int row = row0 + lane / 4 + half * 8;
-        if (row >= n_rows) continue;
-        T *gRow = gHead + row * row_stride;
-#pragma unroll
-        for (int nt = 0; nt < Tr::kNTilesD; ++nt)
-            *reinterpret_cast<uint32_t *>(gRow + Fragment::col(nt, 0, lane)) =
-                MmaOp<T>::pack(acc[nt][2 * half] * scale, acc[nt][2 * half + 1] * scale);
-    }
-}
-
-// The same tile in fp32 to a contiguous (rows, d) workspace slice (GQA: summed by reduce later).
-template <class Tr>
-__device__ __forceinline__ void store_rows_f32(float *gHead, int row0, int n_rows, const float (&acc)[Tr::kNTilesD][4],
-                                               float scale, int lane) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int row = row0 + lane / 4 + half * 8;
-        if (row >= n_rows) continue;
-        float *gRow = gHead + static_cast<int64_t>(row) * Tr::kHeadDim;
-#pragma unroll
-        for (int nt = 0; nt < Tr::kNTilesD; ++nt)
-            *reinterpret_cast<float2 *>(gRow + Fragment::col(nt, 0, lane)) =
-                make_float2(acc[nt][2 * half] * scale, acc[nt][2 * half + 1] * scale);
-    }
-}
-
-// Add an m16 x (kNTiles * 8) accumulator tile to rows row0 + lane / 4 (+ 8) of a (rows, kHeadDim)
-// fp32 workspace, rows at or past n_rows dropped. Relaxed device-scope adds: the blocks of other key
-// blocks add to the same elements in any order, and nothing reads the workspace before the kernel
-// boundary. sm_90 has 16-byte float atomics: lanes t and t ^ 1 of a quad swap one row half's pair,
-// so the even lane adds 4 consecutive floats of row lane / 4 and the odd lane 4 of row lane / 4 + 8
-// (a quarter of the atomic instructions of one add per float); sm_80 adds float by float.
-template <class Tr, int kNTiles>
-__device__ __forceinline__ void atomic_add_rows(float *gHead, int row0, int n_rows, const float (&acc)[kNTiles][4],
-                                                int lane) {
-#if __CUDA_ARCH__ >= 900
-    const bool even = lane % 2 == 0;
-    const int row = row0 + lane / 4 + (even ? 0 : 8);
-    float *gRow = gHead + static_cast<int64_t>(row) * Tr::kHeadDim + (lane % 4 - (even ? 0 : 1)) * 2;
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-        // even lanes give away their row-(g+8) pair, odd lanes their row-g pair
-        const float give0 = even ? acc[nt][2] : acc[nt][0], give1 = even ? acc[nt][3] : acc[nt][1];
-        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-        const float4 sum = even ? make_float4(acc[nt][0], acc[nt][1], got0, got1)
-                                : make_float4(got0, got1, acc[nt][2], acc[nt][3]);
-        if (row < n_rows) atomicAdd(reinterpret_cast<float4 *>(gRow + nt * 8), sum);
-    }
-#else
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int row = row0 + lane / 4 + half * 8;
-        if (row >= n_rows) continue;
-        float *gRow = gHead + static_cast<int64_t>(row) * Tr::kHeadDim;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-            atomicAdd(gRow + Fragment::col(nt, 0, lane), acc[nt][2 * half]);
-            atomicAdd(gRow + Fragment::col(nt, 1, lane), acc[nt][2 * half + 1]);
-        }
-    }
-#endif
 }
 
 // ---- dkdv: the K/V-block outer loop ------------------------------------------------------------------------
@@ -313,8 +236,8 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head) {
             float dQ[Tr::kNTilesDq][4];
             zero(dQ);
             gemm_ab<Tr, T>(dQ, rdSq, sK_bt, dq_col0 / 8);
-            atomic_add_rows<Tr>(p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim + dq_col0,
-                                m0 + dq_row0, p.seqlen_q, dQ, lane);
+            atomic_add_rows(p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim + dq_col0, Tr::kHeadDim,
+                            m0 + dq_row0, p.seqlen_q, dQ, lane);
         }
     };
 
@@ -334,14 +257,14 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head) {
 
     // dK carries the softmax scale (S = scale * Q K^T); dV does not.
     if (p.heads_q == p.heads_kv) {
-        store_rows<Tr, T>(head_base(static_cast<T *>(p.dk), p.dk_strides, b, h), p.dk_strides[2], key_row0, p.seqlen_k,
+        store_rows<T>(head_base(static_cast<T *>(p.dk), p.dk_strides, b, h), p.dk_strides[2], key_row0, p.seqlen_k,
                           dK, p.scale, lane);
-        store_rows<Tr, T>(head_base(static_cast<T *>(p.dv), p.dv_strides, b, h), p.dv_strides[2], key_row0, p.seqlen_k,
+        store_rows<T>(head_base(static_cast<T *>(p.dv), p.dv_strides, b, h), p.dv_strides[2], key_row0, p.seqlen_k,
                           dV, 1.f, lane);
     } else {
         const int64_t head = bwd_row_index(p, b, h, 0, p.seqlen_k) * Tr::kHeadDim;
-        store_rows_f32<Tr>(p.dk_accum + head, key_row0, p.seqlen_k, dK, p.scale, lane);
-        store_rows_f32<Tr>(p.dv_accum + head, key_row0, p.seqlen_k, dV, 1.f, lane);
+        store_rows_f32(p.dk_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dK, p.scale, lane);
+        store_rows_f32(p.dv_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dV, 1.f, lane);
     }
 }
 
@@ -440,7 +363,7 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head) {
         else key_tile(n_block, std::false_type{});
     }
     cp_async_wait<0>();
-    store_rows<Tr, T>(head_base(static_cast<T *>(p.dq), p.dq_strides, b, h), p.dq_strides[2], query_row0, p.seqlen_q,
+    store_rows<T>(head_base(static_cast<T *>(p.dq), p.dq_strides, b, h), p.dq_strides[2], query_row0, p.seqlen_q,
                       dQ, p.scale, lane);
 }
 

@@ -1,6 +1,7 @@
-"""One device run for the tensor-core backward (cuda_src/attention_mma_bwd.cu): correctness against
-float64 autograd for every variant, bit-identical deterministic mode, then forward+backward TFLOP/s
-beside torch SDPA flash and cudnn (bf16, B*N = 16384, H*d = 2048, the anchors' shapes).
+"""One device run for the tensor-core backwards (cuda_src/attention_mma_bwd.cu, and on sm_90
+attention_hopper_bwd.cu after a `hopper` forward): correctness against float64 autograd for every
+variant, bit-identical deterministic mode, then forward+backward TFLOP/s beside torch SDPA flash and
+cudnn (bf16, B*N = 16384, H*d = 2048, the anchors' shapes).
 
     python3 scripts/bwd_device.py [--sizes 1024 4096] [--skip-check] [--sweep] [--out DIR]
     python3 scripts/bwd_device.py --table attention-gpu.json    # fwd+bwd rows of a bench run, markdown
@@ -18,6 +19,34 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sympathy.attention import cuda
+
+
+class _HopperBwdFrom:
+    """The loaded library with sy_attn_hopper_bwd taken from another build (an earlier version)."""
+
+    def __init__(self, main, variant):
+        self._main, self._variant = main, variant
+
+    def __getattr__(self, name):
+        return getattr(self._variant if name == "sy_attn_hopper_bwd" else self._main, name)
+
+
+def variant_libs(specs):
+    """{"hopper-NAME": lib} for specs NAME=path/to/attention_hopper_bwd.cu (built beside cuda_src)."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    arch = cuda.device_arch()
+    ffi, main = cuda.library(arch)
+    libs = {}
+    for spec in specs:
+        name, source = spec.split("=", 1)
+        out = Path(tempfile.mkdtemp()) / f"hopper_bwd_{name}.so"
+        subprocess.run([cuda.find_nvcc(), *cuda.NVCC_FLAGS, *cuda._gencode(arch), f"-I{cuda.source_dir()}", "--shared",
+                        str(Path(source).resolve()), "-o", str(out)], check=True)
+        libs[f"hopper-{name}"] = _HopperBwdFrom(main, ffi.dlopen(str(out)))
+    return libs
 
 
 def reference_grads(q, k, v, dout, causal):
@@ -46,7 +75,8 @@ def our_grads(q, k, v, dout, causal, deterministic, kernel="mma"):
     return [t.grad for t in leaves]
 
 
-def check(log):
+def check(log, kernels):
+    """kernels: (forward kernel, deterministic) pairs; `hopper` runs the hopper backward unless deterministic."""
     worst = 0.0
     cases = []
     for d in (64, 128):
@@ -54,23 +84,23 @@ def check(log):
             for (B, Hkv, group, Nq, Nk) in ((2, 2, 1, 256, 256), (1, 2, 2, 127, 129), (1, 1, 4, 1000, 37),
                                             (1, 2, 1, 37, 1000), (2, 1, 2, 513, 513), (1, 1, 1, 1, 1)):
                 for causal in (False, True):
-                    for det in (False, True):
-                        cases.append((d, dtype, B, Hkv, group, Nq, Nk, causal, det))
+                    for kernel, det in kernels:
+                        cases.append((kernel, d, dtype, B, Hkv, group, Nq, Nk, causal, det))
     fails = 0
-    for (d, dtype, B, Hkv, group, Nq, Nk, causal, det) in cases:
+    for (kernel, d, dtype, B, Hkv, group, Nq, Nk, causal, det) in cases:
         gen = torch.Generator(device="cuda").manual_seed(Nq * 7 + Nk)
         q = torch.randn(B, Hkv * group, Nq, d, device="cuda", dtype=dtype, generator=gen)
         k, v = (torch.randn(B, Hkv, Nk, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
         dout = torch.randn_like(q)
         refs = reference_grads(q, k, v, dout, causal)
-        grads = our_grads(q, k, v, dout, causal, det)
+        grads = our_grads(q, k, v, dout, causal, det, kernel)
         errs = [((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-3)).item() for g, r in zip(grads, refs)]
         finite = all(torch.isfinite(g).all().item() for g in grads)
         tol = 3e-2 if dtype == torch.bfloat16 else 5e-3
         ok = finite and max(errs) <= tol
         fails += not ok
         worst = max(worst, max(errs) / tol)
-        line = (f"{'ok ' if ok else 'BAD'} d={d} {str(dtype)[6:]:8} B={B} Hkv={Hkv} g={group} Nq={Nq} Nk={Nk} "
+        line = (f"{'ok ' if ok else 'BAD'} {kernel:6} d={d} {str(dtype)[6:]:8} B={B} Hkv={Hkv} g={group} Nq={Nq} Nk={Nk} "
                 f"causal={causal:d} det={det:d} err dq/dk/dv {errs[0]:.1e} {errs[1]:.1e} {errs[2]:.1e}")
         log(line)
         if not ok:
@@ -91,7 +121,11 @@ def median_ms(fn):
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
-def timing(sizes, log):
+def timing(sizes, log, ours, variants=None):
+    """variants: {"hopper-NAME": lib}, timed as `hopper` with that library's backward."""
+    variants = variants or {}
+    arch = cuda.device_arch()
+    main_lib = cuda.library(arch)[1]
     rows = []
     for d in (64, 128):
         for n in sizes:
@@ -102,7 +136,7 @@ def timing(sizes, log):
             for causal in (False, True):
                 flops = 4 * B * H * n * n * d / (2 if causal else 1)
                 res = {}
-                for name in ("flash", "cudnn", "mma", "mma-det"):
+                for name in ("flash", "cudnn") + ours:
                     if name in ("flash", "cudnn"):
                         backend = SDPBackend.FLASH_ATTENTION if name == "flash" else SDPBackend.CUDNN_ATTENTION
 
@@ -110,12 +144,23 @@ def timing(sizes, log):
                             with sdpa_kernel(backend):
                                 return F.scaled_dot_product_attention(*leaves, is_causal=causal)
                     else:
-                        def fwd(det=name.endswith("det")):
-                            return cuda.scaled_dot_product_attention(*leaves, is_causal=causal, kernel="mma",
+                        def fwd(det=name.endswith("det"), kernel=name.split("-")[0]):
+                            return cuda.scaled_dot_product_attention(*leaves, is_causal=causal, kernel=kernel,
                                                                      deterministic=det)
 
-                    def step(fwd=fwd):
-                        return torch.autograd.grad(fwd(), leaves, dout)
+                    if name in variants:
+                        def fwd():
+                            return cuda.scaled_dot_product_attention(*leaves, is_causal=causal, kernel="hopper")
+
+                        def step(fwd=fwd, lib=variants[name]):
+                            cuda._libs[arch] = lib   # the backward runs inside autograd.grad
+                            try:
+                                return torch.autograd.grad(fwd(), leaves, dout)
+                            finally:
+                                cuda._libs[arch] = main_lib
+                    else:
+                        def step(fwd=fwd):
+                            return torch.autograd.grad(fwd(), leaves, dout)
                     try:
                         step()
                         torch.cuda.synchronize()
@@ -224,6 +269,8 @@ def main():
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--table", default=None, help="print the fwd+bwd rows of a bench JSON and exit")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=path/to/attention_hopper_bwd.cu: another version of the hopper backward, timed beside")
     args = ap.parse_args()
     if args.table:
         return table(args.table)
@@ -238,19 +285,24 @@ def main():
     torch.zeros(1, device="cuda")
     cuda.library(cuda.device_arch())
     print(f"build+load {time.time() - t0:.0f}s", flush=True)
+    hopper = torch.cuda.get_device_capability() == (9, 0)
     if not args.skip_check:
-        check(log)
+        check(log, [("mma", False), ("mma", True)] + ([("hopper", False)] if hopper else []))
     sweep_lines = sweep(log) if args.sweep else []
-    rows = timing(args.sizes, log)
+    variants = variant_libs(args.variant) if hopper else {}
+    ours = ("mma", "mma-det") + (("hopper",) + tuple(variants) if hopper else ())
+    rows = timing(args.sizes, log, ours, variants)
     for line in sweep_lines:
         print(line)
     print("\nfwd+bwd TFLOP/s (3.5x fwd FLOPs) | bwd-only TFLOP/s (2.5x, fwd+bwd time minus fwd time) | extra MiB")
-    print(f"{'d':>4} {'N':>6} {'causal':>6} | " + " | ".join(f"{k:>20}" for k in ("flash", "cudnn", "mma", "mma-det"))
-          + " | mma/flash")
+    print(f"{'d':>4} {'N':>6} {'causal':>6} | " + " | ".join(f"{k:>20}" for k in ("flash", "cudnn") + ours)
+          + " | " + " ".join(f"{k}/flash" for k in ours if not k.endswith("det")))
     for d, n, causal, res in rows:
         cells = [f"{v[0]:6.1f} {v[1]:6.1f} {v[2]:6.0f}" if v else f"{'-':>20}" for v in res.values()]
-        ratio = res["mma"][0] / res["flash"][0] if res.get("mma") and res.get("flash") else float("nan")
-        print(f"{d:>4} {n:>6} {str(causal):>6} | " + " | ".join(f"{c:>20}" for c in cells) + f" | {ratio:.2f}x")
+        ratios = [res[k][0] / res["flash"][0] if res.get(k) and res.get("flash") else float("nan")
+                  for k in ours if not k.endswith("det")]
+        print(f"{d:>4} {n:>6} {str(causal):>6} | " + " | ".join(f"{c:>20}" for c in cells) + " | "
+              + " ".join(f"{r:.2f}x" for r in ratios))
 
 
 if __name__ == "__main__":

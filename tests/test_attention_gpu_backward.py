@@ -1,5 +1,6 @@
-"""The backward of sy.attention.scaled_dot_product_attention (cuda_src/attention_mma_bwd.cu for
-fp16/bf16, cuda_src/attention_bwd.cu for float32).
+"""The backward of sy.attention.scaled_dot_product_attention (cuda_src/attention_hopper_bwd.cu after a
+`hopper` forward on sm_90, cuda_src/attention_mma_bwd.cu otherwise for fp16/bf16,
+cuda_src/attention_bwd.cu for float32).
 
 Gradients against float64 torch autograd of the definition, deterministic mode, torch.compile with
 a backward, and a small transformer trained with our attention beside torch's SDPA. The gradcheck of
@@ -108,6 +109,15 @@ def test_deterministic_must_be_a_bool():
 
 
 # ---- the kernels on the GPU ----------------------------------------------------------------------------
+def on_hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def tensor_core_kernels():
+    """The forward kernels whose backward runs on tensor cores here: `hopper` takes its own backward."""
+    return ["mma", "hopper"] if on_hopper() else ["mma"]
+
+
 def gpu_inputs(B, Hkv, group, Nq, Nk, d, dtype, seed):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(B, Hkv * group, Nq, d, device="cuda", dtype=dtype, generator=gen)
@@ -153,8 +163,8 @@ def assert_grads_close(grads, refs, dtype):
 @given(data=st.data())
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_gradients_match_float64_autograd_on_random_shapes(data):
-    kernel = data.draw(st.sampled_from(["mma", "tiled"]), "forward kernel")
-    d = data.draw(st.sampled_from([64, 128] if kernel == "mma" else [16, 32, 64, 128]), "d")
+    kernel = data.draw(st.sampled_from(tensor_core_kernels() + ["tiled"]), "forward kernel")
+    d = data.draw(st.sampled_from([64, 128] if kernel != "tiled" else [16, 32, 64, 128]), "d")
     dtype = data.draw(st.sampled_from([torch.bfloat16, torch.float16] + ([torch.float32] if kernel == "tiled" else [])))
     B = data.draw(st.integers(1, 2), "B")
     Hkv, group = data.draw(st.integers(1, 2), "Hkv"), data.draw(st.sampled_from([1, 2, 4]), "group")
@@ -168,16 +178,36 @@ def test_gradients_match_float64_autograd_on_random_shapes(data):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["mma", "hopper"])
 @pytest.mark.parametrize("Nq, Nk, d, group, causal", [
     (1, 1, 64, 1, False), (127, 129, 128, 2, True), (1000, 37, 64, 4, True), (37, 1000, 128, 1, True),
-    (513, 513, 64, 1, False),
+    (513, 513, 64, 1, False), (300, 700, 128, 1, False), (700, 300, 64, 2, True),
 ])
-def test_gradients_on_fixed_edge_shapes(Nq, Nk, d, group, causal):
+def test_gradients_on_fixed_edge_shapes(kernel, Nq, Nk, d, group, causal):
+    if kernel not in tensor_core_kernels():
+        pytest.skip("kernel='hopper' needs an sm_90 GPU")
     q, k, v, dout = gpu_inputs(1, 2, group, Nq, Nk, d, torch.bfloat16, seed=7)
     for deterministic in (False, True):
-        grads = our_grads(q, k, v, dout, is_causal=causal, deterministic=deterministic)
-        out = our_output(q, k, v, is_causal=causal)
+        grads = our_grads(q, k, v, dout, is_causal=causal, kernel=kernel, deterministic=deterministic)
+        out = our_output(q, k, v, is_causal=causal, kernel=kernel)
         assert_grads_close(grads, reference_grads(q, k, v, dout, out=out, is_causal=causal), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("deterministic, expected, absent", [
+    (False, "hopper_bwd_kernel", "dkdv_kernel"), (True, "dkdv_kernel", "hopper_bwd_kernel"),
+])
+def test_hopper_forward_takes_the_hopper_backward_unless_deterministic(deterministic, expected, absent):
+    if not on_hopper():
+        pytest.skip("the hopper backward needs an sm_90 GPU")
+    q, k, v, dout = gpu_inputs(1, 2, 1, 4096, 4096, 128, torch.float16, seed=5)
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    out = sy.attention.scaled_dot_product_attention(*leaves, kernel="hopper", deterministic=deterministic)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out.backward(dout)
+        torch.cuda.synchronize()
+    names = " ".join(event.key for event in prof.key_averages())
+    assert expected in names and absent not in names
 
 
 @pytest.mark.gpu
@@ -190,11 +220,13 @@ def test_attn_mask_and_odd_head_dims_take_the_math_backward():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype, kernel", [(torch.float32, "tiled"), (torch.bfloat16, "mma")])
+@pytest.mark.parametrize("dtype, kernel", [(torch.float32, "tiled"), (torch.bfloat16, "mma"), (torch.bfloat16, "hopper")])
 def test_single_key_gives_zero_dq_dk_up_to_rounding(dtype, kernel):
     """Nk = 1: every softmax row is the constant 1, so dQ and dK are exactly 0 and only rounding of
     dS = dP - D remains, summed into dK over a GQA group of 4 x 27 query rows (hypothesis found this
     case against a fixed 1e-2 floor: fp32 |dk| 5e-6, now held to 1e-2 of |dv|)."""
+    if kernel not in tensor_core_kernels() + ["tiled"]:
+        pytest.skip("kernel='hopper' needs an sm_90 GPU")
     q, k, v, dout = gpu_inputs(1, 1, 4, 27, 1, 64, dtype, seed=27)
     grads = our_grads(q, k, v, dout, kernel=kernel, deterministic=False)
     out = our_output(q, k, v, kernel=kernel)

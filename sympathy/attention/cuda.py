@@ -3,7 +3,7 @@
     sy.attention.scaled_dot_product_attention(q, k, v, is_causal=True)          # torch SDPA semantics
     out, lse = sy.attention.cuda.attention_with_lse(q, k, v, kernel="mma")      # + log-sum-exp
     sy.attention.cuda.build_all(["sm_80", "sm_90a"])                             # ahead of time
-    out.sum().backward()          # differentiable: cuda_src/attention_mma_bwd.cu (deterministic=True: no atomics)
+    out.sum().backward()          # differentiable (deterministic=True: no atomics)
 
 Four kernels, a ladder (cuda_src/attention_{naive,tiled,mma,hopper}.cu):
     naive   S = QK^T, softmax and PV as three kernels, S and P in HBM (any head dim, attn_mask)
@@ -11,9 +11,10 @@ Four kernels, a ladder (cuda_src/attention_{naive,tiled,mma,hopper}.cu):
     mma     FlashAttention-2 class: tensor cores, ldmatrix, cp.async, P in registers (fp16/bf16, d 64/128)
     hopper  FlashAttention-3 class, sm_90 only: TMA, wgmma, a producer and two or three ping-ponging
             consumer warpgroups (fp16/bf16, d 64/128)
-Backward, whichever kernel ran forward (d = 64 or 128, no mask): FlashAttention-2's algorithm on
-tensor cores for fp16/bf16 (cuda_src/attention_mma_bwd.cu), with fp32 math on CUDA cores for float32
-(cuda_src/attention_bwd.cu); other calls take a torch-math backward.
+Backward (d = 64 or 128, no mask): FlashAttention-2's algorithm on tensor cores for fp16/bf16, with
+wgmma and TMA after a `hopper` forward (cuda_src/attention_hopper_bwd.cu, FlashAttention-3 class) and
+mma.sync otherwise or when deterministic (cuda_src/attention_mma_bwd.cu); fp32 math on CUDA cores for
+float32 (cuda_src/attention_bwd.cu); other calls take a torch-math backward.
 
 The sources are compiled by nvcc on first use into one shared library per GPU architecture, cached
 under $SYMPATHY_CACHE_DIR/cuda (default ~/.cache/sympathy/cuda, see config.py) by source hash, arch and nvcc
@@ -368,9 +369,11 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     return out, lse
 
 
-def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float, deterministic: bool):
-    """(dq, dk, dv) in the inputs' dtype: attention_mma_bwd.cu (tensor cores) for fp16/bf16,
-    attention_bwd.cu (fp32 math) for float32, _math_backward for attn_mask and other head dims."""
+def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float, deterministic: bool,
+                kernel: str = "mma"):
+    """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
+    `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
+    math) for float32; _math_backward for attn_mask and other head dims."""
     torch = _torch()
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
@@ -386,8 +389,10 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     f32 = dict(dtype=torch.float32, device=q.device)
     # Workspaces (attention_api.h says which family needs which). Released on return while the
     # kernels may still run: safe on one stream (see _launch).
+    hopper = tensor_cores and kernel == "hopper" and not deterministic
     if tensor_cores:
-        deterministic = deterministic or Nk <= SEPARATE_DQ_MAX_KEYS
+        # The hopper backward has no separate dQ pass: it accumulates dQ by atomics at every length.
+        deterministic = deterministic or (not hopper and Nk <= SEPARATE_DQ_MAX_KEYS)
         rows = -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
         dq_accum = None if deterministic else torch.empty((B, Hq, Nq, d), **f32)
@@ -408,7 +413,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
     p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
-    launch = lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
+    launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
         status = launch(p, ffi.cast("void *", stream))
@@ -469,26 +474,26 @@ def _attention_op():
     @torch.library.custom_op("sympathy::attention_bwd", mutates_args=())
     def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                       lse: torch.Tensor, attn_mask: Optional[torch.Tensor], is_causal: bool, scale: float,
-                      deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic)
+                      deterministic: bool, kernel: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic, kernel)
 
     @attention_bwd.register_fake
-    def _(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic):
+    def _(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic, kernel):
         return torch.empty_like(q, memory_format=torch.contiguous_format), \
             torch.empty_like(k, memory_format=torch.contiguous_format), \
             torch.empty_like(v, memory_format=torch.contiguous_format)
 
     def setup_context(ctx, inputs, output):
-        q, k, v, attn_mask, is_causal, scale, _kernel, deterministic = inputs
+        q, k, v, attn_mask, is_causal, scale, kernel, deterministic = inputs
         out, lse = output
         ctx.save_for_backward(q, k, v, out, lse, attn_mask)
-        ctx.is_causal, ctx.scale, ctx.deterministic = is_causal, scale, deterministic
+        ctx.is_causal, ctx.scale, ctx.deterministic, ctx.kernel = is_causal, scale, deterministic, kernel
         ctx.mark_non_differentiable(lse)   # a statistic of the forward: gradients flow through out
 
     def backward(ctx, grad_out, _grad_lse):
         q, k, v, out, lse, attn_mask = ctx.saved_tensors
         dq, dk, dv = torch.ops.sympathy.attention_bwd(grad_out, q, k, v, out, lse, attn_mask,
-                                                      ctx.is_causal, ctx.scale, ctx.deterministic)
+                                                      ctx.is_causal, ctx.scale, ctx.deterministic, ctx.kernel)
         return dq, dk, dv, None, None, None, None, None
 
     attention_fwd.register_autograd(backward, setup_context=setup_context)
@@ -524,11 +529,12 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     an sm_90 GPU and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head
     dims, "naive" otherwise or with a mask. A row whose keys are all masked gives 0.
 
-    Differentiable: the backward (cuda_src/attention_mma_bwd.cu on tensor cores for fp16/bf16,
-    cuda_src/attention_bwd.cu in fp32 for float32) recomputes P from the saved log-sum-exp and, above
-    SEPARATE_DQ_MAX_KEYS keys, accumulates dQ with fp32 atomics, so two runs may differ in the last
-    bits. deterministic=True computes dQ in a separate pass without atomics (bit-identical runs; on
-    tensor cores within 5 % of the atomic time); None (the default) follows
+    Differentiable: the backward (for fp16/bf16 cuda_src/attention_hopper_bwd.cu (wgmma, TMA) after a
+    `hopper` forward, cuda_src/attention_mma_bwd.cu (mma.sync) otherwise; cuda_src/attention_bwd.cu in
+    fp32 for float32) recomputes P from the saved log-sum-exp and accumulates dQ with fp32 atomics (the
+    mma backward only above SEPARATE_DQ_MAX_KEYS keys), so two runs may differ in the last bits.
+    deterministic=True computes dQ in a separate pass without atomics on the mma backward (bit-identical
+    runs; within 5 % of its atomic time, 0.6-1.0x the hopper backward's speed); None (the default) follows
     torch.use_deterministic_algorithms. attn_mask calls and head dims other than 64 and 128 take a
     torch-math backward (same algorithm, materialises P).
     """

@@ -18,9 +18,10 @@ sdpa-flash's outside the timing (max relative error, `err`). Variants whose N x 
 fit (naive, sdpa-math) or that would take minutes (tiled at large N) are skipped with a note.
 Without a CUDA GPU the suite says so and records nothing.
 
-Forward + backward (groups "... fwd+bwd", unless --no-backward): sdpa-flash (anchor), sdpa-cudnn and
-sympathy's forward (mma; hopper too on sm_90) with the tensor-core backward cuda_src/attention_mma_bwd.cu
-(atomic dQ, and `mma-det`: deterministic). One call is out = attention(q, k, v) then
+Forward + backward (groups "... fwd+bwd", unless --no-backward): sdpa-flash (anchor), sdpa-cudnn,
+sympathy's `mma` forward with the mma.sync backward cuda_src/attention_mma_bwd.cu (`mma-det`: its
+deterministic mode) and, on sm_90, the `hopper` forward with the wgmma backward
+cuda_src/attention_hopper_bwd.cu. One call is out = attention(q, k, v) then
 torch.autograd.grad(out, (q, k, v), dout); TFLOP/s counts 3.5x the forward FLOPs (FlashAttention's
 convention: the backward does 2.5x the forward's GEMM work); extra_MiB is the peak extra memory of
 that training step of attention alone; err compares dq with sdpa-flash's.
