@@ -7,19 +7,18 @@
 //   dV  += P^T dO    and  dK  += dS^T Q    P^T, dS^T from registers; dO, Q read MN-major (the same tiles)
 //   dQ   = dS K                            dS^T stored once to smem, read MN-major (transposed A); K MN-major
 // with P = exp2(S * scale * log2(e) - LSE * log2(e)) and dS = P o (dP - D), D = rowsum(dO o O).
-// The copy engine (TMA) brings K and V once and Q, dO, LSE, D per query tile through a two-stage ring
+// The copy engine (TMA) brings K and V once and Q, dO, LSE, D per query tile through a ring of stages
 // completing on mbarriers; one producer thread issues it while two consumer warpgroups compute, each
 // owning 64 of the block's 128 keys (wgmma's M is 64 per warpgroup). Each GEMM is issued as soon as its
 // operands exist and waited for only when its result is needed, so it runs under the issuing
 // warpgroup's own work (dP^T under P^T's exponentials, dV under dS^T, dK under the dQ atomics) and
 // under the other warpgroup's.
 //
-// dQ: fp32 atomics into dq_accum (B, Hq, Nq, d), added once per query tile and key block (128 keys):
-// at d = 128 each warpgroup multiplies all 128 keys of dS into one 64-column half of dQ (both halves of
-// dS^T in shared memory: one named barrier per tile); at d = 64 each warpgroup adds its own 64 keys'
-// share over all 64 columns (a 128-query tile, which would halve those adds, needs ~224 live registers
-// and spilled). Kernels per call: preprocess (attention_bwd_common.cuh), this one, then
-// reduce (dq_accum * scale -> dq; dK, dV summed over a GQA group).
+// dQ: fp32 atomics into dq_accum (B, Hq, Nq, d), each element added once per query tile and key block
+// (128 keys): each warpgroup multiplies all 128 keys of dS into a 64 x 64 share of the tile's dQ (both
+// warpgroups' dS^T in shared memory: one named barrier per tile). Kernels per call: preprocess
+// (attention_bwd_common.cuh), this one, then reduce (dq_accum * scale -> dq; dK, dV summed over a GQA
+// group).
 //
 // The sm_90a body exists only where the arch-specific features do (as in attention_hopper.cu); the
 // launcher answers SY_EUNSUPPORTED elsewhere, and for deterministic calls (the mma backward's separate
@@ -28,21 +27,33 @@
 #include "hopper_primitives.cuh"
 #include "softmax.cuh"   // fast_exp2
 
+// Query-tile stages per head dim, measured (bf16, H100, same run, docs/notes-attention-bwd.md): d = 64
+// three (same speed not causal, +1-4 % causal, and the two-stage build spilled 40 bytes in one fp16
+// instantiation); d = 128 two (three: +5 % not causal, -7 % causal at N = 4096). Overridable for
+// same-run comparisons: scripts/bwd_device.py --variant NAME=FILE@-DSY_HOPPER_BWD_D64_STAGES=2
+#ifndef SY_HOPPER_BWD_D64_STAGES
+#define SY_HOPPER_BWD_D64_STAGES 3
+#endif
+#ifndef SY_HOPPER_BWD_D128_STAGES
+#define SY_HOPPER_BWD_D128_STAGES 2
+#endif
+
 namespace sy_attn {
 namespace {
 
 // A block owns kBlockN = 128 keys of one (batch, query head); consumer warpgroup w owns keys 64w..64w+63
-// and walks the query tiles kBlockM = 64 at a time. Registers per consumer thread at d = 128: dV and
-// dK 64 fp32 each, S^T and dP^T 32 each, P^T and dS^T 16 b32 each, dQ 32, at most ~208 live at once
-// (setmaxnreg gives 240; ptxas -v: no spill).
-template <int kHeadDim_>
+// and walks the query tiles kBlockM at a time: 64 at d = 128, 128 at d = 64. Registers per consumer
+// thread, d = 128: dV, dK 64 fp32 each, S^T, dP^T 32 each, P^T, dS^T 16 b32 each, dQ 32; d = 64: dV,
+// dK 32, S^T, dP^T 64, P^T, dS^T 32, dQ 32. setmaxnreg gives 240; ptxas -v: no spill. Against 64-query
+// tiles at d = 64 the 128-query ones measured 1.1-1.2x (half the tiles, barriers and dQ adds per key).
+template <int kHeadDim_, int kStages_>
 struct HopperBwdTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kConsumerWGs = 2;
     static constexpr int kKeysPerWG = 64;
     static constexpr int kBlockN = kConsumerWGs * kKeysPerWG;
-    static constexpr int kBlockM = 64;
-    static constexpr int kStages = 2;   // Q, dO, LSE, D of the next tile land while this one is computed on
+    static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
+    static constexpr int kStages = kStages_;   // Q, dO, LSE, D of later tiles land while this one is computed on
     static constexpr int kThreads = 128 * (1 + kConsumerWGs);
 
     // 128-byte swizzled panels of 64 columns, as in the forward (hopper_traits.cuh).
@@ -54,17 +65,17 @@ struct HopperBwdTraits {
     static constexpr int kKStepsPerPanel = kPanelCols / 16;
     static constexpr int kKStepsM = kBlockM / 16;         // k16 steps of dV, dK (over the tile's queries)
 
-    // d = 128: warpgroup w computes dQ columns 64w.. over all kBlockN keys; d = 64: its own 64 keys, all
-    // columns. Either way an m64n64 GEMM (32 accumulator registers).
-    static constexpr bool kSplitDqColumns = kHeadDim == 128;
-    static constexpr int kDqCols = 64;
-    static constexpr int kDqKSteps = (kSplitDqColumns ? kBlockN : kKeysPerWG) / 16;
+    // dQ = dS K is an m64n64 GEMM per warpgroup over all kBlockN keys: at d = 128 warpgroup w makes
+    // columns 64w.. of the 64-query tile, at d = 64 query rows 64w.. of the 128-query tile.
+    static constexpr bool kDqSplitColumns = kHeadDim == 128;
+    static constexpr int kDqKSteps = kBlockN / 16;
 
     static constexpr int kKVBytes = kBlockN * kHeadDim * 2;     // K or V
     static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
     static constexpr int kQBytes = kBlockM * kHeadDim * 2;      // one stage of Q or dO
     static constexpr int kQPanelBytes = kBlockM * kRowBytes;
-    static constexpr int kDsBytes = kBlockN * kBlockM * 2;      // dS^T: [keys][64 queries], one 128-byte row per key
+    static constexpr int kDsPanelBytes = kBlockN * kRowBytes;   // dS^T: [kBlockM / 64][keys][64 queries]
+    static constexpr int kDsBytes = kBlockN * kBlockM * 2;
     static constexpr int kVecBytes = kBlockM * 4;               // one stage of LSE or D
     // 1024 bytes of slack to align the swizzle atoms; two dS^T buffers (a warpgroup may store tile i+1's
     // while the other still reads tile i's); 256 bytes of barriers.
@@ -75,6 +86,7 @@ struct HopperBwdTraits {
     static constexpr int kConsumerRegs = 240;
 
     static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
+    static_assert(kStages >= 2, "one query tile must load while another is computed on");
     static_assert(kSmemBytes <= 227 * 1024, "sm_90 gives a block at most 227 KiB of shared memory");
     static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file");
     static_assert(SY_ATTN_BWD_ROW_ALIGN % kBlockM == 0, "the padded LSE and D rows cover whole query tiles");
@@ -91,7 +103,7 @@ template <class Tr>
 struct BwdSmem {
     unsigned char *k, *v;     // [kPanels][kBlockN][64], 128B-swizzled
     unsigned char *q, *dout;  // [kStages][kPanels][kBlockM][64]
-    unsigned char *ds;        // [2][kBlockN][kBlockM]: dS^T, 128B-swizzled like the tiles
+    unsigned char *ds;        // [2][kBlockM / 64][kBlockN][64]: dS^T, 128B-swizzled like the tiles
     float *lse, *delta;       // [kStages][kBlockM]: log2-scaled LSE (+inf on padding rows), D
     BwdBarriers<Tr> *bars;
 
@@ -155,7 +167,8 @@ __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap
 // ---- a consumer warpgroup: 64 keys ------------------------------------------------------------------------
 template <class Tr, typename T, bool kCausal>
 struct BwdConsumer {
-    using GemmTile = WgmmaM64N64<T>;                                   // S^T, dP^T (n = 64 queries), dQ (n = 64 columns)
+    using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
+    using GemmDq = WgmmaM64N64<T>;                                    // dQ: a 64 x 64 share per warpgroup
     using GemmHead = typename WgmmaN<Tr::kHeadDim>::template Op<T>;   // dV, dK (n = d)
     static constexpr int kNTilesM = Tr::kBlockM / 8;                  // n8 tiles of S^T
 
@@ -165,9 +178,9 @@ struct BwdConsumer {
     const float scale_log2;
 
     float dV[Tr::kHeadDim / 2], dK[Tr::kHeadDim / 2];   // this warpgroup's 64 keys x d
-    float s[Tr::kBlockM / 2], dp[Tr::kBlockM / 2];      // S^T then P^T; dP^T then dS^T (64 keys x 64 queries)
+    float s[Tr::kBlockM / 2], dp[Tr::kBlockM / 2];      // S^T then P^T; dP^T then dS^T (64 keys x kBlockM queries)
     uint32_t rP[Tr::kKStepsM][4], rdS[Tr::kKStepsM][4]; // P^T, dS^T as A fragments of dV, dK
-    float dq[Tr::kDqCols / 2];                          // 64 queries x 64 columns of dQ
+    float dq[32];                                       // 64 queries x 64 columns of dQ
 
     __device__ BwdConsumer(const BwdSmem<Tr> &sm_, int wg_, float scale)
         : sm(sm_), wg(wg_), warp((threadIdx.x % 128) / 32), lane(threadIdx.x % 32), scale_log2(scale * kLog2e) {
@@ -219,31 +232,34 @@ struct BwdConsumer {
                 if (kMask && m0 + col + c % 2 < key0 + (c / 2) * 8) x = -INFINITY;
                 tiles(s)[nt][c] = fast_exp2(x * scale_log2 - (c % 2 ? l.y : l.x));
             }
+            if (nt % 2 == 1) pack_step(rP[nt / 2], s, nt / 2);   // this tile pair's registers die here
         }
-        pack(rP, s);
     }
 
-    // dS^T = P^T o (dP^T - D[query]).
+    // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV: the fp32 S^T registers are free once
+    // P^T is packed (what lets a 128-query tile fit at d = 64), and dS is then the gradient of the P
+    // that dV used. A pair of rP holds tile nt = 2kk + reg / 2, elements 2 (reg % 2) + {0, 1}.
     __device__ __forceinline__ void compute_ds(int stage) {
         const float *delta = sm.delta + stage * Tr::kBlockM;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
             const float2 d = *reinterpret_cast<const float2 *>(delta + nt * 8 + 2 * (lane % 4));
 #pragma unroll
-            for (int c = 0; c < 4; ++c) tiles(dp)[nt][c] = tiles(s)[nt][c] * (tiles(dp)[nt][c] - (c % 2 ? d.y : d.x));
+            for (int half = 0; half < 2; ++half) {
+                const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);
+                tiles(dp)[nt][2 * half] = pr.x * (tiles(dp)[nt][2 * half] - d.x);
+                tiles(dp)[nt][2 * half + 1] = pr.y * (tiles(dp)[nt][2 * half + 1] - d.y);
+            }
+            if (nt % 2 == 1) pack_step(rdS[nt / 2], dp, nt / 2);
         }
-        pack(rdS, dp);
     }
 
     // Accumulator n8 tiles 2kk, 2kk+1 -> the k16 A fragment kk (the forward's P conversion).
-    static __device__ __forceinline__ void pack(uint32_t (&a)[Tr::kKStepsM][4], float (&acc)[Tr::kBlockM / 2]) {
-#pragma unroll
-        for (int kk = 0; kk < Tr::kKStepsM; ++kk) {
-            a[kk][0] = MmaOp<T>::pack(tiles(acc)[2 * kk][0], tiles(acc)[2 * kk][1]);
-            a[kk][1] = MmaOp<T>::pack(tiles(acc)[2 * kk][2], tiles(acc)[2 * kk][3]);
-            a[kk][2] = MmaOp<T>::pack(tiles(acc)[2 * kk + 1][0], tiles(acc)[2 * kk + 1][1]);
-            a[kk][3] = MmaOp<T>::pack(tiles(acc)[2 * kk + 1][2], tiles(acc)[2 * kk + 1][3]);
-        }
+    static __device__ __forceinline__ void pack_step(uint32_t (&a)[4], float (&acc)[Tr::kBlockM / 2], int kk) {
+        a[0] = MmaOp<T>::pack(tiles(acc)[2 * kk][0], tiles(acc)[2 * kk][1]);
+        a[1] = MmaOp<T>::pack(tiles(acc)[2 * kk][2], tiles(acc)[2 * kk][3]);
+        a[2] = MmaOp<T>::pack(tiles(acc)[2 * kk + 1][0], tiles(acc)[2 * kk + 1][1]);
+        a[3] = MmaOp<T>::pack(tiles(acc)[2 * kk + 1][2], tiles(acc)[2 * kk + 1][3]);
     }
 
     // acc += A B over the tile's queries, A (P^T or dS^T) from registers, B (dO or Q) MN-major: a k16
@@ -269,25 +285,25 @@ struct BwdConsumer {
 #pragma unroll
             for (int reg = 0; reg < 4; ++reg) {
                 const int row = wg * Tr::kKeysPerWG + warp * 16 + lane / 4 + (reg % 2) * 8;
-                const int chunk = 2 * kk + reg / 2;
-                *reinterpret_cast<uint32_t *>(base + row * Tr::kRowBytes + ((chunk ^ (row % 8)) << 4) + (lane % 4) * 4) =
-                    rdS[kk][reg];
+                const int chunk = 2 * kk + reg / 2, panel = chunk / 8;
+                *reinterpret_cast<uint32_t *>(base + panel * Tr::kDsPanelBytes + row * Tr::kRowBytes +
+                                              (((chunk % 8) ^ (row % 8)) << 4) + (lane % 4) * 4) = rdS[kk][reg];
             }
     }
 
-    // dQ (64 queries x 64 columns) = dS K: A = dS^T read MN-major (queries contiguous), B = K MN-major.
+    // This warpgroup's 64 x 64 share of dQ = dS K (Traits::kDqSplitColumns): A = dS^T read MN-major
+    // (queries contiguous; panel wg at d = 64), B = K MN-major (panel wg at d = 128).
     __device__ __forceinline__ void issue_dq(int buffer) {
-        const int key0 = Tr::kSplitDqColumns ? 0 : wg * Tr::kKeysPerWG;
-        const int panel = Tr::kSplitDqColumns ? wg : 0;
-        const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + key0 * Tr::kRowBytes;
-        const uint32_t k_base = smem_addr(sm.k) + panel * Tr::kKVPanelBytes + key0 * Tr::kRowBytes;
+        const int ds_panel = Tr::kDqSplitColumns ? 0 : wg, k_panel = Tr::kDqSplitColumns ? wg : 0;
+        const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + ds_panel * Tr::kDsPanelBytes;
+        const uint32_t k_base = smem_addr(sm.k) + k_panel * Tr::kKVPanelBytes;
         fence_regs(dq);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kDqKSteps; ++kk)
-            GemmTile::template ss<1, 1>(dq, smem_desc(ds_base + kk * 16 * Tr::kRowBytes, Tr::kDsBytes, Tr::kAtomBytes),
-                                        smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes),
-                                        kk > 0);
+            GemmDq::template ss<1, 1>(dq, smem_desc(ds_base + kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
+                                      smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes),
+                                      kk > 0);
         wgmma_commit();
     }
 
@@ -309,17 +325,17 @@ struct BwdConsumer {
         store_ds(buffer);
         // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
         fence_proxy_async_shared();
-        if (Tr::kSplitDqColumns) named_bar_sync(1, 256);
-        else named_bar_sync(2 + wg, 128);
+        named_bar_sync(1, 256);
         issue_dq(buffer);
         issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
         wgmma_wait<1>();   // dV and dQ done; dK may still run
         fence_regs(dV);
         fence_regs(rP);
         fence_regs(dq);
-        // Rows 16 warp .. of the tile; columns of this warpgroup's half (d = 128) or all (d = 64).
-        const int col0 = Tr::kSplitDqColumns ? wg * Tr::kDqCols : 0;
-        atomic_add_rows(gDqHead + col0, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
+        // This warp's 16 rows of the warpgroup's 64 x 64 share.
+        const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
+        const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
+        atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
         wgmma_wait<0>();   // dK done: the stage's Q and dO are free
         fence_regs(dK);
         fence_regs(rdS);
@@ -437,8 +453,10 @@ int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t s
 template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     const int rows_per_head = ceil_div(p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) * SY_ATTN_BWD_ROW_ALIGN;
-    return p.head_dim == 64 ? launch_causal<HopperBwdTraits<64>, T>(p, rows_per_head, stream)
-                            : launch_causal<HopperBwdTraits<128>, T>(p, rows_per_head, stream);
+    using TraitsD64 = HopperBwdTraits<64, SY_HOPPER_BWD_D64_STAGES>;
+    using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES>;
+    return p.head_dim == 64 ? launch_causal<TraitsD64, T>(p, rows_per_head, stream)
+                            : launch_causal<TraitsD128, T>(p, rows_per_head, stream);
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ template <> struct MmaOp<__nv_bfloat16> {
         __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
         return *reinterpret_cast<uint32_t *>(&v);
     }
+    static __device__ __forceinline__ float2 unpack(uint32_t pair) {
+        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&pair));
+    }
 };
 template <> struct MmaOp<__half> {
     static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -54,6 +57,9 @@ template <> struct MmaOp<__half> {
     static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
         __half2 v = __floats2half2_rn(lo, hi);
         return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t pair) {
+        return __half22float2(*reinterpret_cast<const __half2 *>(&pair));
     }
 };
 

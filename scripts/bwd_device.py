@@ -32,7 +32,8 @@ class _HopperBwdFrom:
 
 
 def variant_libs(specs):
-    """{"hopper-NAME": lib} for specs NAME=path/to/attention_hopper_bwd.cu (built beside cuda_src)."""
+    """{"hopper-NAME": lib} for specs NAME=path/to/attention_hopper_bwd.cu[@-DMACRO=value,...] (built
+    beside cuda_src, with those defines)."""
     import subprocess
     import tempfile
     from pathlib import Path
@@ -42,9 +43,11 @@ def variant_libs(specs):
     libs = {}
     for spec in specs:
         name, source = spec.split("=", 1)
+        source, _, defines = source.partition("@")
         out = Path(tempfile.mkdtemp()) / f"hopper_bwd_{name}.so"
-        subprocess.run([cuda.find_nvcc(), *cuda.NVCC_FLAGS, *cuda._gencode(arch), f"-I{cuda.source_dir()}", "--shared",
-                        str(Path(source).resolve()), "-o", str(out)], check=True)
+        subprocess.run([cuda.find_nvcc(), *cuda.NVCC_FLAGS, *cuda._gencode(arch), f"-I{cuda.source_dir()}",
+                        *filter(None, defines.split(",")), "--shared", str(Path(source).resolve()), "-o", str(out)],
+                       check=True)
         libs[f"hopper-{name}"] = _HopperBwdFrom(main, ffi.dlopen(str(out)))
     return libs
 
