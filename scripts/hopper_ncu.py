@@ -1,7 +1,11 @@
-"""One `hopper` forward call for Nsight Compute to profile (bf16, d=128, N=4096, B=4, H=16, not causal):
+"""One `hopper` call for Nsight Compute to profile (bf16, N=4096, B=4, H*d=2048, not causal):
 
     ncu -k regex:hopper_fwd --launch-skip 1 --launch-count 1 --metrics ... python3 scripts/hopper_ncu.py
+    ncu -k regex:hopper_bwd --launch-skip 1 --launch-count 1 ... python3 scripts/hopper_ncu.py --backward --d 64
+
+--backward runs forward + backward (the hopper backward, attention_hopper_bwd.cu) instead of the forward.
 """
+import argparse
 import sys
 from pathlib import Path
 
@@ -10,7 +14,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sympathy.attention import cuda  # noqa: E402
 
-q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+ap = argparse.ArgumentParser()
+ap.add_argument("--backward", action="store_true")
+ap.add_argument("--d", type=int, default=128)
+args = ap.parse_args()
+q, k, v = (torch.randn(4, 2048 // args.d, 4096, args.d, device="cuda", dtype=torch.bfloat16,
+                       requires_grad=args.backward) for _ in range(3))
 for _ in range(2):   # the first call builds/loads the library; ncu profiles the second
-    cuda.scaled_dot_product_attention(q, k, v, kernel="hopper")
+    out = cuda.scaled_dot_product_attention(q, k, v, kernel="hopper")
+    if args.backward:
+        out.backward(torch.ones_like(out))
 torch.cuda.synchronize()
