@@ -17,18 +17,11 @@
 // The sm_90a body is compiled only where the arch-specific features exist (__CUDA_ARCH_FEAT_SM90_ALL);
 // other targets (CI compiles every file for sm_80) get an empty kernel that the launcher never runs:
 // it answers SY_EUNSUPPORTED unless the device is sm_90 and the loaded kernel was built for it.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include "attention_common.cuh"
+#include "hopper_primitives.cuh"   // PTX wrappers, tensor maps, SY_HOPPER_DEVICE_CODE
 #include "hopper_traits.cuh"
-#include "hopper_wgmma.cuh"
-#include "mma_primitives.cuh"   // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
+#include "mma_primitives.cuh"      // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
 #include "softmax.cuh"
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SY_HOPPER_DEVICE_CODE 1
-#endif
 
 namespace sy_attn {
 namespace {
@@ -64,93 +57,6 @@ struct TileScheduler {
 };
 
 #ifdef SY_HOPPER_DEVICE_CODE
-// ---- PTX wrappers: mbarriers, TMA, wgmma, named barriers, register reconfiguration -----------------
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals));
-}
-// The producer's own arrival, announcing that `bytes` will land on this barrier's phase.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-// Release: this thread's reads of the stage (its wgmma completed) happen before the producer's refill.
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Acquire: the copy engine's writes of the completed phase are visible after this returns.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    }
-}
-
-// One box of a 4-d tensor map (d, N, heads, batch) into shared memory, completing on `bar`.
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int col, int row,
-                                            int head, int batch) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
-        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(col), "r"(row), "r"(head), "r"(batch)
-        : "memory");
-}
-__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-// wgmma shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading and
-// stride byte offsets (all >> 4) and the swizzle mode (1 = 128B, bits 62-63). K-major (Q, K): SBO =
-// 1024 bytes from one 8-row atom to the next, LBO unused (encoded 1) since a k16 slice (32 bytes)
-// lies inside one 128-byte row. MN-major (V as P V's B): LBO = the stride between 64-column panels
-// along N, SBO = 1024 bytes between groups of 8 keys along K.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo_bytes >> 4) << 16) |
-           (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
-}
-
-// Order this warp's earlier register writes (O rescale, P) before the wgmma that reads them.
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Pins a register array in place across the asynchronous GEMM: the compiler may neither read it
-// before the wait that completes the wgmma writing it nor move writes past the wgmma reading it.
-template <int kN>
-__device__ __forceinline__ void fence_regs(float (&r)[kN]) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int kN>
-__device__ __forceinline__ void fence_regs(uint32_t (&r)[kN][4]) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) asm volatile("" : "+r"(r[i][c])::"memory");
-}
-
-// Named barriers 1 and 2 (0 is __syncthreads) order the two consumer warpgroups' GEMM issue.
-__device__ __forceinline__ void named_bar_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-template <int kRegs>
-__device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
-template <int kRegs>
-__device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
-
-template <int kN> struct WgmmaN;
-template <> struct WgmmaN<64> { template <typename T> using Op = WgmmaM64N64<T>; };
-template <> struct WgmmaN<128> { template <typename T> using Op = WgmmaM64N128<T>; };
-template <> struct WgmmaN<176> { template <typename T> using Op = WgmmaM64N176<T>; };
-template <> struct WgmmaN<192> { template <typename T> using Op = WgmmaM64N192<T>; };
 
 // ---- shared memory ----------------------------------------------------------------------------------
 // The ring's barriers. Every consumer thread arrives on an empty barrier (128 x kConsumerWGs arrivals): it
@@ -509,46 +415,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 #endif
 }
 
-// ---- host: tensor maps and launch -------------------------------------------------------------------
-// cuTensorMapEncodeTiled lives in the driver library; asking the runtime for its entry point avoids
-// linking -lcuda. The pointer is looked up once (a function-local static: thread-safe, immutable).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-    static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-        void *fn = nullptr;
-        cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-                cudaSuccess ||
-            found != cudaDriverEntryPointSuccess)
-            fn = nullptr;
-        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    }();
-    return encode;
-}
-
-// A (B, H, N, d) tensor as the 4-d map (d, N, H, B) with boxes of 64 columns x box_rows rows,
-// 128B-swizzled; rows past N read as zeros. A dimension of extent 1 is never stepped along, so its
-// stride (torch allows any there) is replaced by the packed one.
-int encode_map(CUtensorMap *map, const void *base, int dtype, int d, int n, int heads, int batch,
-               const int64_t strides[3], int box_rows) {
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (!encode) return kUnsupported;
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(heads),
-                                static_cast<cuuint64_t>(batch)};
-    cuuint64_t row = strides[2] * 2;
-    cuuint64_t head = heads > 1 ? strides[1] * 2 : row * n;
-    cuuint64_t batch_stride = batch > 1 ? strides[0] * 2 : head * heads;
-    if (n == 1) row = d * 2;
-    const cuuint64_t byte_strides[3] = {row, head, batch_stride};
-    const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
-    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-    const CUtensorMapDataType type =
-        dtype == SY_ATTN_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    const CUresult r = encode(map, type, 4, const_cast<void *>(base), dims, byte_strides, box, element_strides,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? kOk : kInvalid;
-}
-
+// ---- host: launch (tensor maps: hopper_primitives.cuh) ----------------------------------------------
 template <class Tr, typename T, bool kCausal>
 int launch(const sy_attn_params &p, cudaStream_t stream) {
     auto kernel = hopper_fwd_kernel<Tr, T, kCausal>;
@@ -602,24 +469,6 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
 template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
     return p.head_dim == 64 ? launch_causal<HopperTraitsD64, T>(p, stream) : launch_causal<HopperTraitsD128, T>(p, stream);
-}
-
-// TMA reads from 16-byte aligned addresses with 16-byte multiple strides; the stride of a dimension
-// of extent 1 is never used (encode_map replaces it).
-bool tma_aligned(const void *ptr, const int64_t strides[3], int batch, int heads, int rows) {
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-    const int extents[3] = {batch, heads, rows};
-    for (int i = 0; i < 3; ++i)
-        if (extents[i] > 1 && strides[i] % 8 != 0) return false;
-    return true;
-}
-
-bool device_is_sm90() {
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
-    return major == 9 && minor == 0;
 }
 
 }  // namespace

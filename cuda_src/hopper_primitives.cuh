@@ -68,10 +68,11 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 }
 
 // wgmma shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading and
-// stride byte offsets (all >> 4) and the swizzle mode (1 = 128B, bits 62-63). K-major (Q, K): SBO =
-// 1024 bytes from one 8-row atom to the next, LBO unused (encoded 1) since a k16 slice (32 bytes)
-// lies inside one 128-byte row. MN-major (V as P V's B): LBO = the stride between 64-column panels
-// along N, SBO = 1024 bytes between groups of 8 keys along K.
+// stride byte offsets (all >> 4) and the swizzle mode (1 = 128B, bits 62-63). K-major (the forward's
+// Q, K; the backward's K, V, Q, dO for S^T and dP^T): SBO = 1024 bytes from one 8-row atom to the next,
+// LBO unused (encoded 1) since a k16 slice (32 bytes) lies inside one 128-byte row. MN-major (the
+// forward's V; the backward's dO, Q, K and dS^T): LBO = the stride between 64-column panels along M or
+// N, SBO = 1024 bytes between groups of 8 rows along K.
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
     return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo_bytes >> 4) << 16) |
            (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
