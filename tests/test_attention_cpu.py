@@ -185,7 +185,8 @@ needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 @needs_torch
 @settings(max_examples=25, deadline=None)
 @given(case=shapes)
-def test_against_torch_sdpa(case):
+@example(case=dict(b=1, hk=1, group=1, nq=35, nk=17, d=64, dv=5, causal=False, scale=2.0, magnitude=4.0, seed=1))
+def test_against_torch_sdpa(case):   # the @example: large logits, found by hypothesis in CI (exp_argument_rounding)
     rng = np.random.default_rng(case["seed"])
     hq = case["hk"] * case["group"]
     q, k, v = make_qkv(rng, case["b"], hq, case["hk"], case["nq"], case["nk"], case["d"],
@@ -197,7 +198,9 @@ def test_against_torch_sdpa(case):
     expected32 = F.scaled_dot_product_attention(tq, tk, tv, **kw).numpy()
     torch_err = np.abs(expected32 - expected64).max()
     ours_err = np.abs(sy.attention.cpu(q, k, v, **kw) - expected64).max()
-    assert ours_err <= 4 * torch_err + 2e-6
+    scale = case["scale"] if case["scale"] is not None else 1 / math.sqrt(case["d"])
+    # torch's float32 sample may round exp's argument luckily: the same slack as against the reference
+    assert ours_err <= 4 * torch_err + 2e-6 + exp_argument_rounding(q, k, v, scale, case["group"])
 
 
 @needs_torch
