@@ -232,12 +232,9 @@ int launch(const sy_attn_bwd_params &p, cudaStream_t stream) {
         if ((status = launch_status()) != kOk) return status;
     }
 
-    const int group = p.heads_q / p.heads_kv;
     if ((status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, 1, p.seqlen_q, kHeadDim, 1.f, stream)) != kOk)
         return status;
-    if ((status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, p.batch, p.heads_kv, group, p.seqlen_k, kHeadDim, 1.f, stream)) != kOk)
-        return status;
-    return launch_reduce<T>(p.dv_accum, p.dv, p.dv_strides, p.batch, p.heads_kv, group, p.seqlen_k, kHeadDim, 1.f, stream);
+    return launch_reduce_dk_dv<T>(p, kHeadDim, stream);
 }
 
 template <typename T>

@@ -90,6 +90,16 @@ int launch_reduce(const float *src, void *dst, const int64_t strides[3], int bat
     return launch_status();
 }
 
+// dK and dV from per-query-head fp32 workspaces (B, Hq, Nk, d), each summed over its GQA group.
+template <typename T>
+int launch_reduce_dk_dv(const sy_attn_bwd_params &p, int head_dim, cudaStream_t stream) {
+    const int group = p.heads_q / p.heads_kv;
+    const int status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, p.batch, p.heads_kv, group, p.seqlen_k,
+                                        head_dim, 1.f, stream);
+    if (status != kOk) return status;
+    return launch_reduce<T>(p.dv_accum, p.dv, p.dv_strides, p.batch, p.heads_kv, group, p.seqlen_k, head_dim, 1.f, stream);
+}
+
 // ---- accumulator tiles to global memory (the mma and hopper backwards) -------------------------------------
 // mma.sync's m16n8 accumulator and each warp's 16 rows of a wgmma m64nN accumulator share one layout.
 // Where a lane's m16n8 accumulator elements sit: element c (0..3) of n8 tile nt is in column
@@ -99,8 +109,18 @@ struct Fragment {
     static __device__ __forceinline__ int row(int reg, int lane) { return lane / 4 + (reg / 2) * 8; }
 };
 
+// Two adjacent elements of a row: one 32-bit word in fp16/bf16, one float2 in fp32.
+template <typename T>
+__device__ __forceinline__ void store_pair(T *dst, float lo, float hi) {
+    *reinterpret_cast<uint32_t *>(dst) = MmaOp<T>::pack(lo, hi);
+}
+template <>
+__device__ __forceinline__ void store_pair<float>(float *dst, float lo, float hi) {
+    *reinterpret_cast<float2 *>(dst) = make_float2(lo, hi);
+}
+
 // Store an m16 x (kNTiles * 8) accumulator tile (rows row0 + lane/4 (+8)) to a (rows, d) head slice
-// in T, times scale; rows at or past n_rows are dropped.
+// in T (fp32: a GQA workspace, summed by reduce later), times scale; rows at or past n_rows are dropped.
 template <typename T, int kNTiles>
 __device__ __forceinline__ void store_rows(T *gHead, int64_t row_stride, int row0, int n_rows,
                                            const float (&acc)[kNTiles][4], float scale, int lane) {
@@ -111,24 +131,7 @@ __device__ __forceinline__ void store_rows(T *gHead, int64_t row_stride, int row
         T *gRow = gHead + row * row_stride;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
-            *reinterpret_cast<uint32_t *>(gRow + Fragment::col(nt, 0, lane)) =
-                MmaOp<T>::pack(acc[nt][2 * half] * scale, acc[nt][2 * half + 1] * scale);
-    }
-}
-
-// The same tile in fp32 to a contiguous (rows, row_stride) workspace slice (GQA: summed by reduce later).
-template <int kNTiles>
-__device__ __forceinline__ void store_rows_f32(float *gHead, int row_stride, int row0, int n_rows,
-                                               const float (&acc)[kNTiles][4], float scale, int lane) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int row = row0 + lane / 4 + half * 8;
-        if (row >= n_rows) continue;
-        float *gRow = gHead + static_cast<int64_t>(row) * row_stride;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-            *reinterpret_cast<float2 *>(gRow + Fragment::col(nt, 0, lane)) =
-                make_float2(acc[nt][2 * half] * scale, acc[nt][2 * half + 1] * scale);
+            store_pair(gRow + Fragment::col(nt, 0, lane), acc[nt][2 * half] * scale, acc[nt][2 * half + 1] * scale);
     }
 }
 

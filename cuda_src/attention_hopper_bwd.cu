@@ -352,8 +352,8 @@ struct BwdConsumer {
                           tiles(dV), 1.f, lane);
         } else {
             const int64_t head = bwd_row_index(p, b, h, 0, p.seqlen_k) * Tr::kHeadDim;
-            store_rows_f32(p.dk_accum + head, Tr::kHeadDim, row0, p.seqlen_k, tiles(dK), p.scale, lane);
-            store_rows_f32(p.dv_accum + head, Tr::kHeadDim, row0, p.seqlen_k, tiles(dV), 1.f, lane);
+            store_rows<float>(p.dk_accum + head, Tr::kHeadDim, row0, p.seqlen_k, tiles(dK), p.scale, lane);
+            store_rows<float>(p.dv_accum + head, Tr::kHeadDim, row0, p.seqlen_k, tiles(dV), 1.f, lane);
         }
     }
 };
@@ -439,10 +439,7 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) 
 
     status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim, p.scale, stream);
     if (status != kOk || p.heads_q == p.heads_kv) return status;   // the kernel wrote dk and dv itself
-    const int group = p.heads_q / p.heads_kv;
-    status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, p.batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim, 1.f, stream);
-    if (status != kOk) return status;
-    return launch_reduce<T>(p.dv_accum, p.dv, p.dv_strides, p.batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim, 1.f, stream);
+    return launch_reduce_dk_dv<T>(p, Tr::kHeadDim, stream);
 }
 
 template <class Tr, typename T>

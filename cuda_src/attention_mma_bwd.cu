@@ -263,8 +263,8 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head) {
                           dV, 1.f, lane);
     } else {
         const int64_t head = bwd_row_index(p, b, h, 0, p.seqlen_k) * Tr::kHeadDim;
-        store_rows_f32(p.dk_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dK, p.scale, lane);
-        store_rows_f32(p.dv_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dV, 1.f, lane);
+        store_rows<float>(p.dk_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dK, p.scale, lane);
+        store_rows<float>(p.dv_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dV, 1.f, lane);
     }
 }
 
@@ -398,10 +398,7 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) 
         if (status != kOk) return status;
     }
     if (p.heads_q == p.heads_kv) return kOk;   // dkdv wrote dk and dv
-    const int group = p.heads_q / p.heads_kv;
-    status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, p.batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim, 1.f, stream);
-    if (status != kOk) return status;
-    return launch_reduce<T>(p.dv_accum, p.dv, p.dv_strides, p.batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim, 1.f, stream);
+    return launch_reduce_dk_dv<T>(p, Tr::kHeadDim, stream);
 }
 
 template <class Tr, class TrDq, typename T>
