@@ -7,12 +7,12 @@
 // accumulator of S, rounded to 16 bits, is exactly wgmma's A-register fragment) while the issuing
 // threads go on with other work: the softmax of block j runs while P V of block j-1 is on the
 // tensor cores (intra-warpgroup overlap), and the consumer warpgroups take turns at issuing GEMMs
-// (ping-pong on named barriers) so one's exponentials overlap another's GEMMs.
+// (ping-pong on named barriers) so one's exponentials overlap another's GEMMs. Tiles follow one
+// another without a pause: the next tile's first S GEMM is issued with the current tile's last P V.
 //
-// Grid: blocks walking tiles (a query block of one head) in TileScheduler's order: persistent (one
-// block per SM, tiles drawn from an atomic counter) when tiles are short, one block per tile
-// otherwise. Block: a producer warpgroup and kConsumerWGs (2 or 3) consumer warpgroups of 64 query
-// rows each.
+// Grid: persistent, one block per SM walking tiles (a query block of one head) in TileScheduler's
+// order, drawn from an atomic counter. Block: a producer warpgroup and kConsumerWGs (2 or 3)
+// consumer warpgroups of 64 query rows each.
 //
 // The sm_90a body is compiled only where the arch-specific features exist (__CUDA_ARCH_FEAT_SM90_ALL);
 // other targets (CI compiles every file for sm_80) get an empty kernel that the launcher never runs:
@@ -31,11 +31,13 @@ namespace {
 // few heads and re-read their K/V from L2. Causal: inside a head from the last query block, which
 // sees the most keys, to the first, so long tiles start first and short ones fill the end.
 //
-// With a tile counter (p.tile_counter) and short tiles (at most kPersistentMaxKeyBlocks key blocks)
-// the grid is persistent, one block per SM: block i starts on tile i and then takes the next
-// untaken tile from the counter (a dynamic schedule: a block that drew short causal tiles takes
-// more), and its producer loads the next tile's Q and K/V while the consumers finish the current
-// one. Otherwise the grid has a block per tile, which the hardware hands to SMs as they free up.
+// With a tile counter (p.tile_counter) the grid is persistent, one block per SM: block i starts on
+// tile i and then takes the next untaken tile from the counter (a dynamic schedule: a block that
+// drew short causal tiles takes more); its producer loads the next tile's Q and K/V while the
+// consumers finish the current one, and the consumers go from tile to tile in one turn
+// (Consumer::next_tile). Measured against one block per tile (docs/notes-hopper.md v10): +1-8 % not
+// causal, +4-12 % causal at N = 4096-8192. Without a counter (a C caller's choice) the grid has a
+// block per tile, which the hardware hands to SMs as they free up.
 struct TileScheduler {
     int n_mblocks;   // query blocks per head
     int heads_q;
@@ -63,17 +65,17 @@ struct TileScheduler {
 // releases the stage once its own wait_group returned, with no extra warpgroup barrier.
 template <class Tr>
 struct Barriers {
-    uint64_t q_full, q_empty;
+    uint64_t q_full[Tr::kQBuffers], q_empty[Tr::kQBuffers];
     uint64_t k_full[Tr::kStages], v_full[Tr::kStages];
     uint64_t k_empty[Tr::kStages], v_empty[Tr::kStages];
-    // The tile whose Q the q_full phase brings (n_tiles or more: no more tiles), written by the
+    // The tile whose Q a q_full phase brings (n_tiles or more: no more tiles), written by the
     // producer before its q_full arrival (release), read by consumers after their wait (acquire).
-    int tile;
+    int tile[Tr::kQBuffers];
 };
 
 template <class Tr>
 struct SharedTiles {
-    unsigned char *q;   // [kPanels][kBlockM][64], 128B-swizzled
+    unsigned char *q;   // [kQBuffers][kPanels][kBlockM][64], 128B-swizzled
     unsigned char *k;   // [kStages][kPanels][kBlockN][64]
     unsigned char *v;   // [kStages][kPanels][kBlockN][64]
     Barriers<Tr> *bars;
@@ -82,7 +84,7 @@ struct SharedTiles {
     __device__ explicit SharedTiles(unsigned char *raw) {
         unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
         q = base;
-        k = q + Tr::kQBytes;
+        k = q + Tr::kQBuffers * Tr::kQBytes;
         v = k + Tr::kStages * Tr::kKVBytes;
         bars = reinterpret_cast<Barriers<Tr> *>(v + Tr::kStages * Tr::kKVBytes);
         sink = reinterpret_cast<float2 *>(reinterpret_cast<unsigned char *>(bars) + 256);
@@ -94,13 +96,14 @@ struct SharedTiles {
 // kv_iter counts K/V blocks over all tiles of this block: it names the ring stage and its lap.
 template <class Tr>
 __device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
-                                             const CUtensorMap *tm_v, int &kv_iter, int m0, int h,
+                                             const CUtensorMap *tm_v, int q_buf, int &kv_iter, int m0, int h,
                                              int h_kv, int b, int n_blocks) {
     Barriers<Tr> &bar = *sm.bars;
-    mbar_arrive_expect_tx(smem_addr(&bar.q_full), Tr::kQBytes);
+    unsigned char *q = sm.q + q_buf * Tr::kQBytes;
+    mbar_arrive_expect_tx(smem_addr(&bar.q_full[q_buf]), Tr::kQBytes);
 #pragma unroll
     for (int p = 0; p < Tr::kPanels; ++p)
-        tma_load_4d(smem_addr(sm.q + p * Tr::kQPanelBytes), tm_q, smem_addr(&bar.q_full), p * Tr::kPanelCols, m0, h, b);
+        tma_load_4d(smem_addr(q + p * Tr::kQPanelBytes), tm_q, smem_addr(&bar.q_full[q_buf]), p * Tr::kPanelCols, m0, h, b);
     for (int j = 0; j < n_blocks; ++j, ++kv_iter) {
         const int stage = kv_iter % Tr::kStages;
         // A fresh barrier counts as having completed the phase before its first, so the first lap
@@ -122,6 +125,53 @@ __device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CU
     }
 }
 
+// ---- one tile as producer and consumers walk it ------------------------------------------------------
+// Query block m0 of head (b, h); its key blocks: all, or (causal) up to its last row's diagonal; those
+// below n_unmasked have every key present and (causal) lie left of the first row's diagonal. Every
+// consumer warpgroup walks the same blocks (the ring is shared); a block fully above the diagonal for
+// warpgroup 0's rows is masked to zero weight, at most one per query block. (Letting each warpgroup
+// stop at its own rows' diagonal, which at d = 64 cuts the causal work masked away from 11-16 % to
+// 3-6 %, measured no faster: docs/notes-hopper.md v9.) kv0: the ring index of block 0; q_buf: the
+// Q buffer (tiles alternate between kQBuffers).
+struct TileWork {
+    int m0, h, b;
+    int n_blocks, n_unmasked;
+    int kv0, q_buf;
+};
+
+template <class Tr, bool kCausal>
+__device__ __forceinline__ TileWork tile_work(const TileScheduler &sched, int t, const sy_attn_params &p, int kv0,
+                                              int tile_iter) {
+    const TileScheduler::Tile tile = sched.tile(t, kCausal);
+    TileWork w;
+    w.m0 = tile.m_block * Tr::kBlockM;
+    w.h = tile.h;
+    w.b = tile.b;
+    const int last_row = min(w.m0 + Tr::kBlockM, p.seqlen_q) - 1;
+    w.n_blocks = ceil_div(p.seqlen_k, Tr::kBlockN);
+    w.n_unmasked = p.seqlen_k / Tr::kBlockN;
+    if (kCausal) {
+        w.n_blocks = min(w.n_blocks, last_row / Tr::kBlockN + 1);
+        w.n_unmasked = min(w.n_unmasked, (w.m0 + 1) / Tr::kBlockN);
+    }
+    w.kv0 = kv0;
+    w.q_buf = tile_iter % Tr::kQBuffers;
+    return w;
+}
+
+// The ring and loop fields of a consumer's tile, as values the compiler knows are the same in every
+// lane. They are (the tile index comes from one shared-memory word), but unproven they stay in
+// vector registers, and so do the stage arithmetic and wgmma descriptors built from them: two R2UR
+// and four integer instructions more per wgmma (the SASS of the first cut). A shuffle from lane 0
+// per tile settles it.
+__device__ __forceinline__ TileWork uniform(TileWork w) {
+    w.n_blocks = __shfl_sync(0xffffffffu, w.n_blocks, 0);
+    w.n_unmasked = __shfl_sync(0xffffffffu, w.n_unmasked, 0);
+    w.kv0 = __shfl_sync(0xffffffffu, w.kv0, 0);
+    w.q_buf = __shfl_sync(0xffffffffu, w.q_buf, 0);
+    return w;
+}
+
 // ---- a consumer warpgroup: 64 query rows ------------------------------------------------------------
 template <class Tr, typename T, bool kCausal>
 struct Consumer {
@@ -132,34 +182,32 @@ struct Consumer {
 
     const SharedTiles<Tr> &sm;
     const int wg;                // 0 or 1: which consumer
-    int row0;                    // first query row of this warpgroup in the current tile
-    int kv_base;                 // the ring index (kv_iter) of the current tile's key block 0
+    int row0;                    // first query row of this warpgroup in the tile being folded
     const int thread_row;        // this thread's first row inside the warpgroup's 64 (second: +8)
     const int thread_col;        // this thread's first column inside an n8 tile
     const float scale_log2;
+    // wgmma descriptors of this warpgroup's Q rows and of ring stage 0 of K and V (desc_at steps on).
+    const uint64_t q_desc, k_desc, v_desc;
 
     float rS[1][kNTilesS][4];    // S, then P in fp32: the warpgroup's 64 x kBlockN scores
     uint32_t rP[Tr::kPVSteps][4];   // P in 16 bits: one m64k16 A fragment per k16 step of P V
+    uint32_t rQ[Tr::kKSteps][4];    // kQInRegisters: the warpgroup's 64 Q rows, one A fragment per k16 step
     float acc[1][kNTilesO][4];   // O, un-normalised
     float alpha[2];              // the O rescale of the block just folded, applied before the next P V
+    bool rescale_pending;        // some row of this warp has alpha != 1 (lazy rescale: mostly not)
     OnlineSoftmaxFragment<1> softmax;
 
     __device__ Consumer(const SharedTiles<Tr> &sm_, int wg_, float scale)
-        : sm(sm_), wg(wg_), row0(0), kv_base(0),
+        : sm(sm_), wg(wg_), row0(0),
           thread_row((threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4), thread_col((threadIdx.x % 4) * 2),
-          scale_log2(scale * kLog2e) {}
+          scale_log2(scale * kLog2e),
+          q_desc(smem_desc(smem_addr(sm_.q) + wg_ * Tr::kRowsPerWG * Tr::kRowBytes, 16, Tr::kAtomBytes)),
+          k_desc(smem_desc(smem_addr(sm_.k), 16, Tr::kAtomBytes)),
+          v_desc(smem_desc(smem_addr(sm_.v), Tr::kKVPanelBytes, Tr::kAtomBytes)) {}
 
-    __device__ __forceinline__ void begin_tile(int m0, int kv_iter) {
-        row0 = m0 + wg * Tr::kRowsPerWG;
-        kv_base = kv_iter;
-        softmax = OnlineSoftmaxFragment<1>();
-#pragma unroll
-        for (int nt = 0; nt < kNTilesO; ++nt)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[0][nt][c] = 0.f;
-    }
-    __device__ __forceinline__ int stage_of(int j) const { return (kv_base + j) % Tr::kStages; }
-    __device__ __forceinline__ uint32_t full_parity(int j) const { return ((kv_base + j) / Tr::kStages) & 1; }
+    // Ring index kv (the count of K/V blocks this block has consumed before) names the stage and its lap.
+    static __device__ __forceinline__ int stage_of(int kv) { return kv % Tr::kStages; }
+    static __device__ __forceinline__ uint32_t full_parity(int kv) { return (kv / Tr::kStages) & 1; }
 
     __device__ __forceinline__ float (&flat_s())[Tr::kBlockN / 2] { return reinterpret_cast<float(&)[Tr::kBlockN / 2]>(rS); }
     __device__ __forceinline__ float (&flat_acc())[Tr::kHeadDim / 2] { return reinterpret_cast<float(&)[Tr::kHeadDim / 2]>(acc); }
@@ -171,12 +219,26 @@ struct Consumer {
     __device__ __forceinline__ void wait_turn() { named_bar_sync(1 + wg, 256); }
     __device__ __forceinline__ void pass_turn() { named_bar_arrive(1 + (wg + 1) % Tr::kConsumerWGs, 256); }
 
-    // S = Q K^T of key block j (stage j % kStages), issued, not waited for.
-    __device__ __forceinline__ void issue_s(int j) {
-        const int stage = stage_of(j);
-        mbar_wait(smem_addr(&sm.bars->k_full[stage]), full_parity(j));
-        const uint32_t q_base = smem_addr(sm.q) + wg * Tr::kRowsPerWG * Tr::kRowBytes;
-        const uint32_t k_base = smem_addr(sm.k) + stage * Tr::kKVBytes;
+    // Q's A fragments out of the swizzled tile: ldmatrix.x4, lane l addressing row l % 16 of its
+    // warp's 16 and the 16-byte chunk l / 16 of the k16 step (the 128-byte swizzle XORs the chunk
+    // index with the row inside its 8-row atom).
+    __device__ __forceinline__ void load_q(int q_buf) {
+        const uint32_t q = smem_addr(sm.q + q_buf * Tr::kQBytes);
+        const int lane = threadIdx.x % 32;
+        const int row = wg * Tr::kRowsPerWG + (threadIdx.x % 128) / 32 * 16 + lane % 16;
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKSteps; ++kk) {
+            const int panel = kk / Tr::kKStepsPerPanel;
+            const int chunk = (kk % Tr::kKStepsPerPanel) * 2 + lane / 16;
+            ldmatrix_x4(rQ[kk], q + panel * Tr::kQPanelBytes + row * Tr::kRowBytes + ((chunk ^ (row % 8)) * 16));
+        }
+    }
+
+    // S = Q K^T of ring block kv, issued, not waited for.
+    __device__ __forceinline__ void issue_s(int kv, int q_buf) {
+        const int stage = stage_of(kv);
+        mbar_wait(smem_addr(&sm.bars->k_full[stage]), full_parity(kv));
+        const uint64_t k_stage = desc_at(k_desc, stage * Tr::kKVBytes);
         fence_regs(flat_s());
         wgmma_fence();
 #pragma unroll
@@ -184,26 +246,29 @@ struct Consumer {
             // Step kk reads columns 16kk.. of panel kk / 4: 32 bytes further along the swizzled
             // 128-byte rows for each step inside a panel (the hardware applies the XOR).
             const int panel = kk / Tr::kKStepsPerPanel, in_panel = (kk % Tr::kKStepsPerPanel) * 32;
-            const uint64_t desc_q = smem_desc(q_base + panel * Tr::kQPanelBytes + in_panel, 16, Tr::kAtomBytes);
-            const uint64_t desc_k = smem_desc(k_base + panel * Tr::kKVPanelBytes + in_panel, 16, Tr::kAtomBytes);
-            GemmS::ss(flat_s(), desc_q, desc_k, kk > 0);
+            const uint64_t desc_k = desc_at(k_stage, panel * Tr::kKVPanelBytes + in_panel);
+            if constexpr (Tr::kQInRegisters) {
+                GemmS::template rs<0>(flat_s(), rQ[kk], desc_k, kk > 0);
+            } else {
+                GemmS::ss(flat_s(), desc_at(q_desc, q_buf * Tr::kQBytes + panel * Tr::kQPanelBytes + in_panel), desc_k, kk > 0);
+            }
         }
         wgmma_commit();
     }
 
-    // O += P V of key block j, P from registers, issued, not waited for.
-    __device__ __forceinline__ void issue_pv(int j) {
-        const int stage = stage_of(j);
-        mbar_wait(smem_addr(&sm.bars->v_full[stage]), full_parity(j));
-        const uint32_t v_base = smem_addr(sm.v) + stage * Tr::kKVBytes;
+    // O (+)= P V of ring block kv, P from registers, issued, not waited for. A tile's first P V
+    // overwrites O (scale_d = 0): no zeroing, no rescale of the previous tile's values.
+    __device__ __forceinline__ void issue_pv(int kv, bool accumulate) {
+        const int stage = stage_of(kv);
+        mbar_wait(smem_addr(&sm.bars->v_full[stage]), full_parity(kv));
+        const uint64_t v_stage = desc_at(v_desc, stage * Tr::kKVBytes);
         fence_regs(flat_acc());
         fence_regs(rP);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kPVSteps; ++kk) {
             // Step kk reads keys 16kk..16kk+15: two 8-key atoms, 16 rows of 128 bytes further on.
-            const uint64_t desc_v = smem_desc(v_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes);
-            GemmO::rs(flat_acc(), rP[kk], desc_v);
+            GemmO::rs(flat_acc(), rP[kk], desc_at(v_stage, kk * 16 * Tr::kRowBytes), kk > 0 || accumulate);
         }
         wgmma_commit();
     }
@@ -237,6 +302,17 @@ struct Consumer {
         }
     }
 
+    // S_j's scores into the running softmax; alpha (and whether any row of the warp needs it) waits
+    // for O until P_{j-1} V_{j-1} has completed.
+    __device__ __forceinline__ void fold() {
+        if constexpr (Tr::kRescaleSlackLog2 > 0) {
+            rescale_pending = softmax.fold_lazy(rS, scale_log2, Tr::kRescaleSlackLog2, alpha);
+        } else {
+            softmax.fold(rS, scale_log2, alpha);
+            rescale_pending = true;
+        }
+    }
+
     // P to 16 bits: A fragment kk of P V is S tiles 2kk (keys +0..7) and 2kk+1 (keys +8..15).
     __device__ __forceinline__ void convert_p() {
 #pragma unroll
@@ -248,73 +324,118 @@ struct Consumer {
         }
     }
 
-    // One key block j >= 1: S_j and P_{j-1} V_{j-1} are issued back to back; S_j's softmax then runs
-    // while P V is still on the tensor cores, so O is rescaled (by the alpha of block j-1) only
-    // before that GEMM is issued, never while it runs. The other warpgroup issues its pair while
-    // this one does the exponentials.
-    template <bool kMask>
-    __device__ __forceinline__ void step(int j, int seqlen_k) {
+    // The tile's first S, once complete: the block with no P V of this tile before it.
+    __device__ __forceinline__ void fold_first(const TileWork &x, int seqlen_k) {
+        fence_regs(flat_s());
+        release(&sm.bars->k_empty[stage_of(x.kv0)]);
+        row0 = x.m0 + wg * Tr::kRowsPerWG;
+        softmax = OnlineSoftmaxFragment<1>();
+        if (x.n_unmasked == 0) mask(0, seqlen_k);
+        fold();
+        rescale_pending = false;   // O has no values yet: the first P V overwrites it
+    }
+
+    // Q of tile x to registers (kQInRegisters), its buffer released at once.
+    __device__ __forceinline__ void take_q(const TileWork &x) {
+        if constexpr (Tr::kQInRegisters) {
+            load_q(x.q_buf);
+            release(&sm.bars->q_empty[x.q_buf]);
+        }
+    }
+
+    // The block's first tile (warpgroup 0 issues first: the last warpgroup gives it the turn).
+    __device__ void begin(const TileWork &x, int seqlen_k) {
+        take_q(x);
+        if (wg == kLastWG) pass_turn();
         wait_turn();
-        issue_s(j);
-        softmax.scale_acc(acc, alpha);
-        issue_pv(j - 1);
+        issue_s(x.kv0, x.q_buf);
+        pass_turn();
+        wgmma_wait<0>();
+        fold_first(x, seqlen_k);
+        convert_p();
+    }
+
+    // One key block j >= 1 of tile c: S_j and P_{j-1} V_{j-1} are issued back to back; S_j's
+    // softmax then runs while P V is still on the tensor cores, so O is rescaled (by the alpha of
+    // block j-1) only before that GEMM is issued, never while it runs. The other warpgroups issue
+    // their pairs while this one does the exponentials.
+    template <bool kMask>
+    __device__ __forceinline__ void step(const TileWork &c, int j, int seqlen_k) {
+        wait_turn();
+        issue_s(c.kv0 + j, c.q_buf);
+        if (rescale_pending) softmax.scale_acc(acc, alpha);
+        issue_pv(c.kv0 + j - 1, j > 1);
         pass_turn();
         wgmma_wait<1>();   // S_j is done (P V may still run)
         fence_regs(flat_s());
-        release(&sm.bars->k_empty[stage_of(j)]);
+        release(&sm.bars->k_empty[stage_of(c.kv0 + j)]);
         if (kMask) mask(j, seqlen_k);
-        softmax.fold(rS, scale_log2, alpha);
+        fold();
         pin_softmax();
         wgmma_wait<0>();   // P_{j-1} V_{j-1} is done: rP and acc are free
         fence_regs(flat_acc());
         fence_regs(rP);
-        release(&sm.bars->v_empty[stage_of(j - 1)]);
+        release(&sm.bars->v_empty[stage_of(c.kv0 + j - 1)]);
         convert_p();
     }
 
-    // One tile, its Q already in shared memory.
-    __device__ void run(int n_blocks, int n_unmasked, int seqlen_k) {
-        // The first turn of every tile is warpgroup 0's: the last warpgroup gives it up front.
-        if (wg == kLastWG) pass_turn();
-
-        // Block 0 has no previous P V to overlap with.
-        wait_turn();
-        issue_s(0);
-        pass_turn();
-        wgmma_wait<0>();
-        fence_regs(flat_s());
-        release(&sm.bars->k_empty[stage_of(0)]);
-        if (n_unmasked == 0) mask(0, seqlen_k);
-        softmax.fold(rS, scale_log2, alpha);
-        convert_p();
-
-        // Unmasked blocks, then the diagonal (causal) and ragged last blocks: the mask costs a compare
-        // and a select per score, and only those need it.
+    // Blocks 1.. of tile c: unmasked ones, then the diagonal (causal) and ragged last blocks (the
+    // mask costs a compare and a select per score, and only those need it).
+    __device__ void steps(const TileWork &c, int seqlen_k) {
         int j = 1;
-        for (; j < n_unmasked; ++j) step<false>(j, seqlen_k);
-        for (; j < n_blocks; ++j) step<true>(j, seqlen_k);
-        // Every S GEMM of the tile has completed: the producer may load the next tile's Q.
-        release(&sm.bars->q_empty);
+        for (; j < c.n_unmasked; ++j) step<false>(c, j, seqlen_k);
+        for (; j < c.n_blocks; ++j) step<true>(c, j, seqlen_k);
+        // Every S GEMM of the tile has completed: the producer may load a later tile's Q here.
+        if constexpr (!Tr::kQInRegisters) release(&sm.bars->q_empty[c.q_buf]);
+    }
 
-        // The last P V. The last warpgroup passes no turn after it: warpgroup 0 waits for no further one.
+    // From tile c to tile x in one turn: x's first S and c's last P V are issued back to back, x's
+    // first softmax runs while that P V does, and c's O is stored once it has completed. Without
+    // this every warpgroup drained its last P V, stored, and only then issued the next S, all three
+    // at once: the tensor cores idled at every tile boundary, which weighs most where tiles are short
+    // (causal: half the key blocks on average). Measured +5-14 % causal (docs/notes-hopper.md v10).
+    __device__ void next_tile(const sy_attn_params &p, const TileWork &c, const TileWork &x) {
+        take_q(x);
         wait_turn();
-        softmax.scale_acc(acc, alpha);
-        issue_pv(n_blocks - 1);
+        issue_s(x.kv0, x.q_buf);
+        if (rescale_pending) softmax.scale_acc(acc, alpha);
+        issue_pv(c.kv0 + c.n_blocks - 1, c.n_blocks > 1);
+        pass_turn();
+        const OnlineSoftmaxFragment<1> done = softmax;   // c's row maxima and sums
+        const int c_row0 = row0;
+        wgmma_wait<1>();   // x's S is done (c's P V may still run)
+        fold_first(x, p.seqlen_k);
+        pin_softmax();
+        wgmma_wait<0>();
+        fence_regs(flat_acc());
+        fence_regs(rP);
+        release(&sm.bars->v_empty[stage_of(c.kv0 + c.n_blocks - 1)]);
+        store(p, c, c_row0, done);
+        convert_p();
+    }
+
+    // The block's last tile c: its last P V (the last warpgroup passes no turn after it: warpgroup 0
+    // waits for no further one), then the store.
+    __device__ void finish(const sy_attn_params &p, const TileWork &c) {
+        wait_turn();
+        if (rescale_pending) softmax.scale_acc(acc, alpha);
+        issue_pv(c.kv0 + c.n_blocks - 1, c.n_blocks > 1);
         if (wg != kLastWG) pass_turn();
         wgmma_wait<0>();
         fence_regs(flat_acc());
-        release(&sm.bars->v_empty[stage_of(n_blocks - 1)]);
+        release(&sm.bars->v_empty[stage_of(c.kv0 + c.n_blocks - 1)]);
+        store(p, c, row0, softmax);
     }
 
     // O / l and the log-sum-exp; rows at or past seqlen_q were computed on TMA's zero fill and are not stored.
-    __device__ void store(const sy_attn_params &p, int h, int b) {
+    __device__ void store(const sy_attn_params &p, const TileWork &c, int first_row, OnlineSoftmaxFragment<1> state) {
         float lse[2];
-        softmax.finalize(acc, p.scale, lse);
-        T *gO = head_base(static_cast<T *>(p.o), p.o_strides, b, h);
-        float *gLse = p.lse + (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q;
+        state.finalize(acc, p.scale, lse);
+        T *gO = head_base(static_cast<T *>(p.o), p.o_strides, c.b, c.h);
+        float *gLse = p.lse + (static_cast<int64_t>(c.b) * p.heads_q + c.h) * p.seqlen_q;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int row = row0 + thread_row + half * 8;
+            const int row = first_row + thread_row + half * 8;
             if (row >= p.seqlen_q) continue;
             T *gRow = gO + row * p.o_strides[2] + thread_col;
 #pragma unroll
@@ -326,25 +447,7 @@ struct Consumer {
 };
 #endif  // SY_HOPPER_DEVICE_CODE
 
-#ifdef SY_HOPPER_DEVICE_CODE
-// Key blocks of query block m0: all, or (causal) up to its last row's diagonal; those below
-// n_unmasked have every key present and (causal) lie left of the first row's diagonal. Both consumer
-// warpgroups walk the same blocks (the ring is shared); a block fully above the diagonal for
-// warpgroup 0's rows is masked to zero weight, at most one per query block.
-template <class Tr, bool kCausal>
-struct KeyBlocks {
-    int n_blocks, n_unmasked;
-    __device__ KeyBlocks(int m0, int seqlen_q, int seqlen_k) {
-        const int last_row = min(m0 + Tr::kBlockM, seqlen_q) - 1;
-        n_blocks = ceil_div(seqlen_k, Tr::kBlockN);
-        n_unmasked = seqlen_k / Tr::kBlockN;
-        if (kCausal) {
-            n_blocks = min(n_blocks, last_row / Tr::kBlockN + 1);
-            n_unmasked = min(n_unmasked, (m0 + 1) / Tr::kBlockN);
-        }
-    }
-};
-#endif
+
 
 template <class Tr, typename T, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
@@ -358,8 +461,10 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 
     if (threadIdx.x == 0) {
         Barriers<Tr> &bar = *sm.bars;
-        mbar_init(smem_addr(&bar.q_full), 1);
-        mbar_init(smem_addr(&bar.q_empty), 128 * Tr::kConsumerWGs);
+        for (int i = 0; i < Tr::kQBuffers; ++i) {
+            mbar_init(smem_addr(&bar.q_full[i]), 1);
+            mbar_init(smem_addr(&bar.q_empty[i]), 128 * Tr::kConsumerWGs);
+        }
         for (int s = 0; s < Tr::kStages; ++s) {
             mbar_init(smem_addr(&bar.k_full[s]), 1);   // the producer's expect_tx arrival; the bytes complete it
             mbar_init(smem_addr(&bar.v_full[s]), 1);
@@ -380,36 +485,42 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             Barriers<Tr> &bar = *sm.bars;
             int kv_iter = 0;
             for (int t = blockIdx.x, tile_iter = 0;; ++tile_iter) {
-                // The Q buffer is free once every consumer has finished the previous tile's S GEMMs.
-                mbar_wait(smem_addr(&bar.q_empty), (tile_iter & 1) ^ 1);
-                bar.tile = t;
+                // A Q buffer is free once every consumer has finished the S GEMMs of the tile it held
+                // (or, kQInRegisters, has read it into registers).
+                const int buf = tile_iter % Tr::kQBuffers;
+                mbar_wait(smem_addr(&bar.q_empty[buf]), ((tile_iter / Tr::kQBuffers) & 1) ^ 1);
+                bar.tile[buf] = t;
                 if (t >= sched.n_tiles) {
-                    mbar_arrive(smem_addr(&bar.q_full));   // completes the phase with no bytes: "stop"
+                    mbar_arrive(smem_addr(&bar.q_full[buf]));   // completes the phase with no bytes: "stop"
                     break;
                 }
-                const TileScheduler::Tile tile = sched.tile(t, kCausal);
-                const int m0 = tile.m_block * Tr::kBlockM;
-                const KeyBlocks<Tr, kCausal> blocks(m0, p.seqlen_q, p.seqlen_k);
-                produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, kv_iter, m0, tile.h, tile.h / group, tile.b,
-                                 blocks.n_blocks);
+                const TileWork w = tile_work<Tr, kCausal>(sched, t, p, kv_iter, tile_iter);
+                produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, buf, kv_iter, w.m0, w.h, w.h / group, w.b, w.n_blocks);
                 t = sched.next(p.tile_counter);
             }
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
         Consumer<Tr, T, kCausal> consumer(sm, warpgroup - 1, p.scale);
-        int kv_iter = 0;
-        for (int tile_iter = 0;; ++tile_iter) {
-            mbar_wait(smem_addr(&sm.bars->q_full), tile_iter & 1);
-            const int t = *reinterpret_cast<volatile int *>(&sm.bars->tile);
-            if (t >= sched.n_tiles) break;
-            const TileScheduler::Tile tile = sched.tile(t, kCausal);
-            const int m0 = tile.m_block * Tr::kBlockM;
-            const KeyBlocks<Tr, kCausal> blocks(m0, p.seqlen_q, p.seqlen_k);
-            consumer.begin_tile(m0, kv_iter);
-            consumer.run(blocks.n_blocks, blocks.n_unmasked, p.seqlen_k);
-            consumer.store(p, tile.h, tile.b);
-            kv_iter += blocks.n_blocks;
+        // The tile of iteration i, once its Q has landed (n_tiles or more: none).
+        auto wait_tile = [&](int tile_iter) {
+            const int buf = tile_iter % Tr::kQBuffers;
+            mbar_wait(smem_addr(&sm.bars->q_full[buf]), (tile_iter / Tr::kQBuffers) & 1);
+            return __shfl_sync(0xffffffffu, *reinterpret_cast<volatile int *>(&sm.bars->tile[buf]), 0);
+        };
+        // The grid never exceeds the tile count: the first tile exists.
+        TileWork c = uniform(tile_work<Tr, kCausal>(sched, wait_tile(0), p, 0, 0));
+        consumer.begin(c, p.seqlen_k);
+        for (int tile_iter = 1;; ++tile_iter) {
+            consumer.steps(c, p.seqlen_k);
+            const int t = wait_tile(tile_iter);
+            if (t >= sched.n_tiles) {
+                consumer.finish(p, c);
+                break;
+            }
+            const TileWork x = uniform(tile_work<Tr, kCausal>(sched, t, p, c.kv0 + c.n_blocks, tile_iter));
+            consumer.next_tile(p, c, x);
+            c = x;
         }
     }
 #endif
@@ -451,7 +562,7 @@ int launch(const sy_attn_params &p, cudaStream_t stream) {
     // draw tiles from a counter nobody zeroed.
     sy_attn_params kp = p;
     int grid = sched.n_tiles;
-    if (p.tile_counter && ceil_div(p.seqlen_k, Tr::kBlockN) <= Tr::kPersistentMaxKeyBlocks) {
+    if (p.tile_counter) {
         if ((err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream)) != cudaSuccess) return static_cast<int>(err);
         grid = static_cast<int>(min(n_tiles, int64_t(sms)));
     } else {

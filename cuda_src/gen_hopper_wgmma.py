@@ -46,14 +46,16 @@ def wrappers(n: int, ctype: str, ptx: str) -> str:
             : {acc}
             : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
     }}
-    // D[64 x {n}] += A[64 x 16] B[16 x {n}], A in registers (m64k16 fragments), B MN-major in shared memory.
-    static __device__ __forceinline__ void rs(float (&d)[{nacc}], const uint32_t (&a)[4], uint64_t desc_b) {{
+    // D[64 x {n}] (+)= A[64 x 16] B[16 x {n}], A in registers (m64k16 fragments), B in shared memory,
+    // MN-major unless kTransB = 0 (K-major); scale_d = 0 overwrites D.
+    template <int kTransB = 1>
+    static __device__ __forceinline__ void rs(float (&d)[{nacc}], const uint32_t (&a)[4], uint64_t desc_b, int scale_d = 1) {{
         asm volatile(
-            "{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"
+            "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nacc + 5}, 0;\\n"
             "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
-            "{{{regs(nacc)}}}, {{%{nacc},%{nacc + 1},%{nacc + 2},%{nacc + 3}}}, %{nacc + 4}, p, 1, 1, 1;\\n}}\\n"
+            "{{{regs(nacc)}}}, {{%{nacc},%{nacc + 1},%{nacc + 2},%{nacc + 3}}}, %{nacc + 4}, p, 1, 1, %{nacc + 6};\\n}}\\n"
             : {acc}
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
     }}
 }};"""
 

@@ -78,6 +78,12 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes,
            (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor of addr + offset_bytes, from addr's: the start address field (bits 0-13) is
+// addr >> 4, and shared-memory addresses stay below 2^18, so the add never carries out of it. A
+// kernel builds each tile's descriptor once and steps through it with constants (one integer add
+// per wgmma instead of the mask, shift and or of smem_desc on every address).
+__device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t offset_bytes) { return desc + (offset_bytes >> 4); }
+
 // Order this warp's earlier register writes (O rescale, P) before the wgmma that reads them.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -6,7 +6,7 @@ namespace sy_attn {
 // A block owns kBlockM query rows of one (batch, head): one producer warpgroup issues the TMA copies
 // of Q once and of K/V tiles through a kStages ring; kConsumerWGs consumer warpgroups own 64 rows
 // each (wgmma's M is 64 per warpgroup) and walk the keys kBlockN at a time.
-template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumerWGs_ = 2>
+template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumerWGs_, bool kQInRegisters_>
 struct HopperTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kBlockN = kBlockN_;
@@ -29,6 +29,21 @@ struct HopperTraits {
     static constexpr int kKSteps = kHeadDim / 16;          // k16 steps of S = Q K^T
     static constexpr int kKStepsPerPanel = kPanelCols / 16;
     static constexpr int kPVSteps = kBlockN / 16;           // k16 steps of O += P V
+    // Q in registers (ldmatrix once per tile, S = Q K^T as a register-A wgmma): the tensor cores then
+    // read only K from shared memory. Measured +1-3 % at d = 128 (docs/notes-hopper.md v8); at d = 64
+    // the 16 extra registers do not fit three consumers' 160 (spills).
+    static constexpr bool kQInRegisters = kQInRegisters_;
+    // Tiles alternate between Q buffers so that the next tile's Q lands while the current one's S GEMMs
+    // still read theirs; Q in registers frees its buffer at the start of a tile, so one is enough.
+    static constexpr int kQBuffers = kQInRegisters ? 1 : 2;
+    // Lazy rescale (softmax.cuh, fold_lazy): a row's maximum moves only when it grows by more than
+    // 2^8; otherwise O is not multiplied at all. 0 rescales on every growth (fold). Measured +3-4 %
+    // at d = 128, +0-3 % at d = 64 (notes v8): the kernel runs at its power cap, where every
+    // instruction saved is clock gained.
+#ifndef SY_HOPPER_RESCALE_SLACK
+#define SY_HOPPER_RESCALE_SLACK 8
+#endif
+    static constexpr int kRescaleSlackLog2 = SY_HOPPER_RESCALE_SLACK;
 
     static constexpr int kQBytes = kBlockM * kHeadDim * 2;
     static constexpr int kQPanelBytes = kBlockM * kRowBytes;
@@ -38,19 +53,14 @@ struct HopperTraits {
     // must start on 1024-byte boundaries (wgmma descriptors carry no base offset); 256 for the
     // mbarriers; 8 bytes per consumer thread for the stores that pin the softmax before a wait
     // (attention_hopper.cu, Consumer::pin_softmax).
-    static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + 256 + 8 * 128 * kConsumerWGs;
-
-    // The persistent grid hides a tile's prologue (Q load, the first S GEMM with nothing to overlap)
-    // and epilogue behind the next tile's loads; that pays where tiles are short. Measured (bf16,
-    // H100, both head dims, docs/notes-hopper.md v4) against one block per tile: +2-10% at N <= 2048
-    // (<= 16 key blocks), even at 4096, -1-7% at 8192.
-    static constexpr int kPersistentMaxKeyBlocks = 16;
+    static constexpr int kSmemBytes = 1024 + kQBuffers * kQBytes + 2 * kStages * kKVBytes + 256 + 8 * 128 * kConsumerWGs;
 
     // setmaxnreg: the producer only computes coordinates; the consumers hold O (d/2 fp32), S and P
     // (kBlockN/2 fp32 + kBlockN/4 b32). 128 x 24 + 256 x 240 = 64512 (two consumers) or
     // 128 x 24 + 384 x 160 = 64512 (three) <= the SM's 65536 registers; counts are multiples of 8.
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = kConsumerWGs == 2 ? 240 : 160;
+    // (O, S, P and Q: 64 + 64 + 32 + 32 at d = 128, two consumers; 32 + 64 + 32 at d = 64, three.)
 
     static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 are instantiated");
     static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 176 || kBlockN == 192,
@@ -78,8 +88,13 @@ struct HopperTraits {
 #ifndef SY_HOPPER_D64_CONSUMERS
 #define SY_HOPPER_D64_CONSUMERS 3
 #endif
-using HopperTraitsD64 = HopperTraits<64, SY_HOPPER_D64_BLOCK_N, SY_HOPPER_D64_STAGES, SY_HOPPER_D64_CONSUMERS>;
-// d = 128: 128 x 128 tiles, 2 stages (FlashAttention-3's choice): Q 32 KiB + 2 x 2 x 32 KiB = 160 KiB.
+#ifndef SY_HOPPER_D64_Q_IN_REGISTERS
+#define SY_HOPPER_D64_Q_IN_REGISTERS 0
+#endif
+using HopperTraitsD64 = HopperTraits<64, SY_HOPPER_D64_BLOCK_N, SY_HOPPER_D64_STAGES, SY_HOPPER_D64_CONSUMERS,
+                                     SY_HOPPER_D64_Q_IN_REGISTERS>;
+// d = 128: 128 x 128 tiles, 2 stages (FlashAttention-3's choice), Q in registers: Q 32 KiB + 2 x 2 x 32 KiB
+// = 160 KiB.
 // Measured against 128 x 176 (+0-4% not causal, -3-9% causal: within run-to-run noise at N >= 4096)
 // and 3 stages (no gain).
 #ifndef SY_HOPPER_D128_BLOCK_N
@@ -88,6 +103,9 @@ using HopperTraitsD64 = HopperTraits<64, SY_HOPPER_D64_BLOCK_N, SY_HOPPER_D64_ST
 #ifndef SY_HOPPER_D128_STAGES
 #define SY_HOPPER_D128_STAGES 2
 #endif
-using HopperTraitsD128 = HopperTraits<128, SY_HOPPER_D128_BLOCK_N, SY_HOPPER_D128_STAGES>;
+#ifndef SY_HOPPER_D128_Q_IN_REGISTERS
+#define SY_HOPPER_D128_Q_IN_REGISTERS 1
+#endif
+using HopperTraitsD128 = HopperTraits<128, SY_HOPPER_D128_BLOCK_N, SY_HOPPER_D128_STAGES, 2, SY_HOPPER_D128_Q_IN_REGISTERS>;
 
 }  // namespace sy_attn

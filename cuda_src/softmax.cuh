@@ -83,19 +83,26 @@ struct OnlineSoftmaxFragment {
     // 1; skip acc's multiplies when it is 1 for every row of the warp (a vote, so the branch never
     // diverges). It shortens register lifetimes (d = 128 spills less) but splits the basic block the
     // scheduler interleaves exps and mma in, which cost d = 64 ~5 %: a per-tile choice.
-    // Row r (= 2 ma + half) of a new block of scores: its running maximum grows to cover them; returns
-    // the grown maximum pre-scaled for exp2 and sets alpha, the factor that moves the old sums
-    // (l_i, acc) onto it. Quad-wide: the row's columns are spread over 4 threads.
+    // Row r (= 2 ma + half): the larger of its running maximum and a new block's scores. Quad-wide:
+    // the row's columns are spread over 4 threads.
     template <int kNTilesS>
-    __device__ __forceinline__ float grow_max(const float (&rS)[kMAtoms][kNTilesS][4], int ma, int half,
-                                              float scale_log2, float &alpha) {
-        const int r = 2 * ma + half;
-        float m_new = m_i[r];
+    __device__ __forceinline__ float row_max(const float (&rS)[kMAtoms][kNTilesS][4], int ma, int half) const {
+        float m_new = m_i[2 * ma + half];
 #pragma unroll
         for (int nt = 0; nt < kNTilesS; ++nt)
             m_new = fmaxf(m_new, fmaxf(rS[ma][nt][2 * half], rS[ma][nt][2 * half + 1]));
         m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
-        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+        return fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+    }
+
+    // Row r (= 2 ma + half) of a new block of scores: its running maximum grows to cover them; returns
+    // the grown maximum pre-scaled for exp2 and sets alpha, the factor that moves the old sums
+    // (l_i, acc) onto it.
+    template <int kNTilesS>
+    __device__ __forceinline__ float grow_max(const float (&rS)[kMAtoms][kNTilesS][4], int ma, int half,
+                                              float scale_log2, float &alpha) {
+        const int r = 2 * ma + half;
+        const float m_new = row_max(rS, ma, half);
         const float m_scaled = scaled_max(m_new, scale_log2);
         alpha = fast_exp2(m_i[r] * scale_log2 - m_scaled);
         m_i[r] = m_new;
@@ -158,6 +165,37 @@ struct OnlineSoftmaxFragment {
                 l_i[r] = l;
             }
         }
+    }
+
+    // fold() with FlashAttention-4's lazy rescale: a row's maximum moves only when the new scores
+    // pass it by more than slack_log2 in exp2 units. Otherwise alpha is exactly 1 and the new scores
+    // are exponentiated against the old maximum, so probabilities reach up to 2^slack_log2 (fp32
+    // sums, 16-bit P: far from overflow). O / l and the log-sum-exp are the same whichever maximum
+    // was subtracted. Returns whether this warp has a row with alpha != 1, i.e. whether acc needs
+    // scale_acc at all: once the maxima settle, a whole warp skips its d / 2 multiplies per row pair.
+    template <int kNTilesS>
+    __device__ __forceinline__ bool fold_lazy(float (&rS)[kMAtoms][kNTilesS][4], float scale_log2, float slack_log2,
+                                              float (&alpha)[kRows]) {
+        bool rescaled = false;
+#pragma unroll
+        for (int ma = 0; ma < kMAtoms; ++ma) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r = 2 * ma + half;
+                const float m_new = row_max(rS, ma, half);
+                // m_i = -inf: +inf > slack, the row takes its first finite maximum (or stays -inf,
+                // NaN > slack_log2 being false, while every score it saw is masked).
+                const bool grow = (m_new - m_i[r]) * scale_log2 > slack_log2;
+                const float m_scaled = scaled_max(grow ? m_new : m_i[r], scale_log2);
+                alpha[r] = grow ? fast_exp2(m_i[r] * scale_log2 - m_scaled) : 1.f;
+                rescaled |= grow;
+                if (grow) m_i[r] = m_new;
+                float l = l_i[r] * alpha[r];
+                exponentiate(rS, ma, half, scale_log2, m_scaled, l);
+                l_i[r] = l;
+            }
+        }
+        return __any_sync(0xffffffffu, rescaled);
     }
 
     template <int kNTilesO>

@@ -222,6 +222,23 @@ def test_causal_with_more_queries_than_keys_is_top_left(Nq, Nk):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+def test_negative_and_zero_scale_match_the_reference(scale):
+    """softmax(scale q k^T) v for scale <= 0 (torch allows any scale): the kernels subtract a row's
+    largest raw score, so a negative scale reaches them as -q and -scale; the gradients too."""
+    q, k, v = make_inputs(1, 2, 1, 150, 150, 64, torch.bfloat16, "bhnd", seed=3)
+    ref_out, ref_lse = reference(q, k, v, is_causal=True, scale=scale)
+    for kernel in filter(runnable, cuda.KERNELS):
+        assert_close(*run_poisoned(q, k, v, kernel, is_causal=True, scale=scale), ref_out, ref_lse, torch.bfloat16)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    sy.attention.scaled_dot_product_attention(*leaves, is_causal=True, scale=scale).float().square().sum().backward()
+    ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    reference(*ref_leaves, is_causal=True, scale=scale)[0].square().sum().backward()
+    for ours, ref in zip(leaves, ref_leaves):
+        assert relative_error(ours.grad, ref.grad) <= 3e-2
+
+
+@pytest.mark.gpu
 def test_attn_mask_on_naive_bool_and_float_and_fully_masked_rows():
     q, k, v = make_inputs(2, 2, 1, 33, 45, 64, torch.bfloat16, "bhnd", seed=7)
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -246,10 +263,10 @@ def test_misaligned_views_are_copied_and_still_right(kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("N", [1500, 2300])   # 12 key blocks: persistent grid; 18: one block per tile
+@pytest.mark.parametrize("N", [1500, 2300])   # 12 and 18 key blocks: several tiles per block
 def test_hopper_ignores_a_stale_tile_counter(N):
-    """The persistent grid's tile counter comes uninitialised from torch's allocator: the kernel zeroes
-    it when it uses it, and must not read it when it does not. A freed block full of INT_MIN values
+    """The persistent grid's tile counter comes uninitialised from torch's allocator: the launcher
+    zeroes it on the stream before every launch. A freed block full of INT_MIN values
     is what torch.empty(1, int32) most likely hands out next."""
     skip_unless_runnable("hopper")
     q, k, v = make_inputs(1, 2, 2, N, N, 128, torch.bfloat16, "bhnd", seed=N)

@@ -315,11 +315,30 @@ def _aligned_rows(t) -> bool:
     return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:3])
 
 
+# The smallest normal float32: what a zero scale reaches the kernels as (see _kernel_q_and_scale).
+_TINY_SCALE = 1.1754943508222875e-38
+
+
+def _kernel_q_and_scale(q, scale: float):
+    """(q, scale, dq_sign) as the kernels can take them. They mask raw scores q.k with -inf and
+    subtract each row's largest raw score before scaling, which holds for scale > 0 only: a negative
+    scale would exponentiate the farthest score from the maximum (overflow), and a zero one would
+    make -inf * 0 = NaN. The scores scale * q.k are the same with -q and -scale (then dq changes
+    sign); a zero scale becomes the smallest normal float32, whose product with any finite score
+    leaves exp2 at exactly 1 (every unmasked key the same weight, as with 0) while -inf stays -inf."""
+    if scale < 0:
+        return -q, -scale, -1
+    if scale == 0:
+        return q, _TINY_SCALE, 1
+    return q, scale, 1
+
+
 def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=None, lse=None):
     """Run one kernel on checked inputs. out and lse may be given (the tests pass NaN-poisoned
     buffers, contiguous, of the right shape and dtype, to catch elements a kernel fails to write)."""
     torch = _torch()
     arch = device_arch(q.device)
+    q, scale, _ = _kernel_q_and_scale(q, scale)
     if kernel == "mma":
         if torch.cuda.get_device_capability(q.device) < (8, 0):
             raise NotSupportedError(f"kernel='mma' needs compute capability 8.0 or newer; this GPU is {arch}")
@@ -379,6 +398,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     Hkv, Nk = k.shape[1], k.shape[2]
     if attn_mask is not None or d not in BWD_HEAD_DIMS:
         return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale)
+    q, scale, dq_sign = _kernel_q_and_scale(q, scale)
     tensor_cores = q.dtype in (torch.float16, torch.bfloat16)
     if tensor_cores:   # cp.async reads 16-byte row chunks: a misaligned view is copied once
         q, k, v, dout = (t if _aligned_rows(t) else t.contiguous() for t in (q, k, v, dout))
@@ -418,6 +438,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
         stream = torch.cuda.current_stream(q.device).cuda_stream
         status = launch(p, ffi.cast("void *", stream))
     _raise_for_status(status, lib, f"attention backward (B={B}, H={Hq}, Nq={Nq}, Nk={Nk}, d={d})")
+    if dq_sign < 0:
+        grads[0].neg_()
     return tuple(grads)
 
 
