@@ -92,39 +92,6 @@ struct SharedTiles {
     }
 };
 
-// ---- the producer: one thread issues every copy ---------------------------------------------------
-// kv_iter counts K/V blocks over all tiles of this block: it names the ring stage and its lap.
-template <class Tr>
-__device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
-                                             const CUtensorMap *tm_v, int q_buf, int &kv_iter, int m0, int h,
-                                             int h_kv, int b, int n_blocks) {
-    Barriers<Tr> &bar = *sm.bars;
-    unsigned char *q = sm.q + q_buf * Tr::kQBytes;
-    mbar_arrive_expect_tx(smem_addr(&bar.q_full[q_buf]), Tr::kQBytes);
-#pragma unroll
-    for (int p = 0; p < Tr::kPanels; ++p)
-        tma_load_4d(smem_addr(q + p * Tr::kQPanelBytes), tm_q, smem_addr(&bar.q_full[q_buf]), p * Tr::kPanelCols, m0, h, b);
-    for (int j = 0; j < n_blocks; ++j, ++kv_iter) {
-        const int stage = kv_iter % Tr::kStages;
-        // A fresh barrier counts as having completed the phase before its first, so the first lap
-        // waits on parity 1 and passes at once; lap L waits for the consumers' release of lap L-1.
-        const uint32_t empty_parity = ((kv_iter / Tr::kStages) & 1) ^ 1;
-        const int row = j * Tr::kBlockN;
-        mbar_wait(smem_addr(&bar.k_empty[stage]), empty_parity);
-        mbar_arrive_expect_tx(smem_addr(&bar.k_full[stage]), Tr::kKVBytes);
-#pragma unroll
-        for (int p = 0; p < Tr::kPanels; ++p)
-            tma_load_4d(smem_addr(sm.k + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.k_full[stage]),
-                        p * Tr::kPanelCols, row, h_kv, b);
-        mbar_wait(smem_addr(&bar.v_empty[stage]), empty_parity);
-        mbar_arrive_expect_tx(smem_addr(&bar.v_full[stage]), Tr::kKVBytes);
-#pragma unroll
-        for (int p = 0; p < Tr::kPanels; ++p)
-            tma_load_4d(smem_addr(sm.v + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.v_full[stage]),
-                        p * Tr::kPanelCols, row, h_kv, b);
-    }
-}
-
 // ---- one tile as producer and consumers walk it ------------------------------------------------------
 // Query block m0 of head (b, h); its key blocks: all, or (causal) up to its last row's diagonal; those
 // below n_unmasked have every key present and (causal) lie left of the first row's diagonal. Every
@@ -170,6 +137,40 @@ __device__ __forceinline__ TileWork uniform(TileWork w) {
     w.kv0 = __shfl_sync(0xffffffffu, w.kv0, 0);
     w.q_buf = __shfl_sync(0xffffffffu, w.q_buf, 0);
     return w;
+}
+
+// ---- the producer: one thread issues every copy ---------------------------------------------------
+// Q of tile w into its buffer, then its K/V blocks through the ring. kv_iter counts K/V blocks over
+// all tiles of this block: it names the ring stage and its lap.
+template <class Tr>
+__device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
+                                             const CUtensorMap *tm_v, const TileWork &w, int h_kv, int &kv_iter) {
+    Barriers<Tr> &bar = *sm.bars;
+    unsigned char *q = sm.q + w.q_buf * Tr::kQBytes;
+    mbar_arrive_expect_tx(smem_addr(&bar.q_full[w.q_buf]), Tr::kQBytes);
+#pragma unroll
+    for (int p = 0; p < Tr::kPanels; ++p)
+        tma_load_4d(smem_addr(q + p * Tr::kQPanelBytes), tm_q, smem_addr(&bar.q_full[w.q_buf]), p * Tr::kPanelCols,
+                    w.m0, w.h, w.b);
+    for (int j = 0; j < w.n_blocks; ++j, ++kv_iter) {
+        const int stage = kv_iter % Tr::kStages;
+        // A fresh barrier counts as having completed the phase before its first, so the first lap
+        // waits on parity 1 and passes at once; lap L waits for the consumers' release of lap L-1.
+        const uint32_t empty_parity = ((kv_iter / Tr::kStages) & 1) ^ 1;
+        const int row = j * Tr::kBlockN;
+        mbar_wait(smem_addr(&bar.k_empty[stage]), empty_parity);
+        mbar_arrive_expect_tx(smem_addr(&bar.k_full[stage]), Tr::kKVBytes);
+#pragma unroll
+        for (int p = 0; p < Tr::kPanels; ++p)
+            tma_load_4d(smem_addr(sm.k + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.k_full[stage]),
+                        p * Tr::kPanelCols, row, h_kv, w.b);
+        mbar_wait(smem_addr(&bar.v_empty[stage]), empty_parity);
+        mbar_arrive_expect_tx(smem_addr(&bar.v_full[stage]), Tr::kKVBytes);
+#pragma unroll
+        for (int p = 0; p < Tr::kPanels; ++p)
+            tma_load_4d(smem_addr(sm.v + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.v_full[stage]),
+                        p * Tr::kPanelCols, row, h_kv, w.b);
+    }
 }
 
 // ---- a consumer warpgroup: 64 query rows ------------------------------------------------------------
@@ -427,7 +428,8 @@ struct Consumer {
         store(p, c, row0, softmax);
     }
 
-    // O / l and the log-sum-exp; rows at or past seqlen_q were computed on TMA's zero fill and are not stored.
+    // O / l and the log-sum-exp of tile c (state: its rows' maxima and sums, a copy that finalize
+    // may change); rows at or past seqlen_q were computed on TMA's zero fill and are not stored.
     __device__ void store(const sy_attn_params &p, const TileWork &c, int first_row, OnlineSoftmaxFragment<1> state) {
         float lse[2];
         state.finalize(acc, p.scale, lse);
@@ -446,8 +448,6 @@ struct Consumer {
     }
 };
 #endif  // SY_HOPPER_DEVICE_CODE
-
-
 
 template <class Tr, typename T, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
@@ -495,7 +495,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                     break;
                 }
                 const TileWork w = tile_work<Tr, kCausal>(sched, t, p, kv_iter, tile_iter);
-                produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, buf, kv_iter, w.m0, w.h, w.h / group, w.b, w.n_blocks);
+                produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter);
                 t = sched.next(p.tile_counter);
             }
         }

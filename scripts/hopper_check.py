@@ -7,6 +7,12 @@ Correctness: every kernel variant (d 64/128, bf16/fp16, causal or not, GQA, Nq !
 max|out - ref| / max|ref| and the log-sum-exp. Timings: bf16, B*N = 16384 tokens, H*d = 2048 (the
 attention-gpu suite's setting), triton.testing.do_bench median over inputs rotated among two sets,
 sdpa-flash, sdpa-cudnn, mma and hopper side by side; a short table printed last.
+
+Variants: --variant NAME:-DMACRO=value,... builds attention_hopper.cu with those defines (or
+NAME:source=FILE, an earlier version of the file) and times it beside the default build. --repeat N
+times every kernel N times, interleaved, keeping the best (the same binary spreads 3-7 % within a run
+otherwise); --clocks samples SM clock and power with nvidia-smi during the timings (the H100 runs
+these kernels at its 700 W cap, so the clock is part of every figure).
 """
 import argparse
 import json
