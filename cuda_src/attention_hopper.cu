@@ -1,4 +1,4 @@
-// `hopper`: FlashAttention-3 class forward attention for sm_90a (H100/H200), fp16/bf16, d 64/128.
+// `hopper`: FlashAttention-3 class forward attention for sm_90a (H100/H200), fp16/bf16, d 64/128/256.
 //
 // Hardware fact exploited: on Hopper the tensor cores are fed by asynchronous engines, so the work
 // splits by role. The copy engine (TMA, cp.async.bulk.tensor) brings Q once and K/V tiles through
@@ -579,7 +579,9 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
 
 template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
-    return p.head_dim == 64 ? launch_causal<HopperTraitsD64, T>(p, stream) : launch_causal<HopperTraitsD128, T>(p, stream);
+    if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T>(p, stream);
+    if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T>(p, stream);
+    return launch_causal<HopperTraitsD256, T>(p, stream);
 }
 
 }  // namespace
@@ -590,7 +592,7 @@ extern "C" int sy_attn_hopper_fwd(const sy_attn_params *params, void *stream) {
     int status = check_params(params);
     if (status != kOk) return status;
     const sy_attn_params &p = *params;
-    if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
+    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || p.mask != nullptr) return kUnsupported;
     if (!device_is_sm90()) return kUnsupported;
     // Misaligned views: the Python layer copies them first; a direct C caller gets SY_EUNSUPPORTED.

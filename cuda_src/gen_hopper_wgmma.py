@@ -28,7 +28,7 @@ def regs(n):
 
 
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
-SHAPES_N = (64, 128, 176, 192)   # S = Q K^T uses N = kBlockN, O += P V uses N = d
+SHAPES_N = (64, 128, 176, 192, 256)   # S = Q K^T uses N = kBlockN, O += P V uses N = d
 
 
 def wrappers(n: int, ctype: str, ptx: str) -> str:

@@ -124,6 +124,7 @@ template <> struct WgmmaN<64> { template <typename T> using Op = WgmmaM64N64<T>;
 template <> struct WgmmaN<128> { template <typename T> using Op = WgmmaM64N128<T>; };
 template <> struct WgmmaN<176> { template <typename T> using Op = WgmmaM64N176<T>; };
 template <> struct WgmmaN<192> { template <typename T> using Op = WgmmaM64N192<T>; };
+template <> struct WgmmaN<256> { template <typename T> using Op = WgmmaM64N256<T>; };
 
 #endif  // SY_HOPPER_DEVICE_CODE
 

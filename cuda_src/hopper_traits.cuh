@@ -33,9 +33,6 @@ struct HopperTraits {
     // read only K from shared memory. Measured +1-3 % at d = 128 (docs/notes-hopper.md v8); at d = 64
     // the 16 extra registers do not fit three consumers' 160 (spills).
     static constexpr bool kQInRegisters = kQInRegisters_;
-    // Tiles alternate between Q buffers so that the next tile's Q lands while the current one's S GEMMs
-    // still read theirs; Q in registers frees its buffer at the start of a tile, so one is enough.
-    static constexpr int kQBuffers = kQInRegisters ? 1 : 2;
     // Lazy rescale (softmax.cuh, fold_lazy): a row's maximum moves only when it grows by more than
     // 2^8; otherwise O is not multiplied at all. 0 rescales on every growth (fold). Measured +3-4 %
     // at d = 128, +0-3 % at d = 64 (notes v8): the kernel runs at its power cap, where every
@@ -53,7 +50,13 @@ struct HopperTraits {
     // must start on 1024-byte boundaries (wgmma descriptors carry no base offset); 256 for the
     // mbarriers; 8 bytes per consumer thread for the stores that pin the softmax before a wait
     // (attention_hopper.cu, Consumer::pin_softmax).
-    static constexpr int kSmemBytes = 1024 + kQBuffers * kQBytes + 2 * kStages * kKVBytes + 256 + 8 * 128 * kConsumerWGs;
+    static constexpr int kSmemBytesButQ = 1024 + 2 * kStages * kKVBytes + 256 + 8 * 128 * kConsumerWGs;
+    // Tiles alternate between two Q buffers, so that the next tile's Q lands while the current one's S
+    // GEMMs still read theirs, where shared memory has room (d = 64). Q in registers frees its buffer
+    // at the start of a tile, so one is enough (d = 128); d = 256 has room for one only (there the
+    // consumers wait for the next tile's Q at each tile boundary).
+    static constexpr int kQBuffers = kQInRegisters || kSmemBytesButQ + 2 * kQBytes > 227 * 1024 ? 1 : 2;
+    static constexpr int kSmemBytes = kSmemBytesButQ + kQBuffers * kQBytes;
 
     // setmaxnreg: the producer only computes coordinates; the consumers hold O (d/2 fp32), S and P
     // (kBlockN/2 fp32 + kBlockN/4 b32). 128 x 24 + 256 x 240 = 64512 (two consumers) or
@@ -62,8 +65,8 @@ struct HopperTraits {
     static constexpr int kConsumerRegs = kConsumerWGs == 2 ? 240 : 160;
     // (O, S, P and Q: 64 + 64 + 32 + 32 at d = 128, two consumers; 32 + 64 + 32 at d = 64, three.)
 
-    static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 are instantiated");
-    static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 176 || kBlockN == 192,
+    static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dims 64, 128 and 256 are instantiated");
+    static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 176 || kBlockN == 192 || kBlockN == 256,
                   "the S GEMM is generated for n = 64, 128, 176 and 192 (hopper_wgmma.cuh)");
     static_assert(kStages >= 2, "one K/V tile must load while another is computed on");
     static_assert(kConsumerWGs == 2 || kConsumerWGs == 3, "named barriers 1..kConsumerWGs, registers above");
@@ -75,7 +78,7 @@ struct HopperTraits {
 // The defaults can be overridden at compile time (-DSY_HOPPER_D128_BLOCK_N=176 ...) for the tile
 // sweep only: one macro per number, since nvcc splits a -D value at commas.
 //
-// d = 64: 192 x 128 tiles (three consumer warpgroups), 4 stages: Q 24 KiB + 4 x 2 x 16 KiB = 152 KiB.
+// d = 64: 192 x 128 tiles (three consumer warpgroups), 4 stages: Q 2 x 24 KiB + 4 x 2 x 16 KiB = 176 KiB.
 // The third consumer measured +8-13% at N >= 4096 over two (exponentials cost as much as the GEMMs
 // at d = 64, so a third warpgroup's softmax has tensor-core time to hide behind); 2 stages measured
 // the same as 4; 192 x 176 spills at 160 registers.
@@ -107,5 +110,12 @@ using HopperTraitsD64 = HopperTraits<64, SY_HOPPER_D64_BLOCK_N, SY_HOPPER_D64_ST
 #define SY_HOPPER_D128_Q_IN_REGISTERS 1
 #endif
 using HopperTraitsD128 = HopperTraits<128, SY_HOPPER_D128_BLOCK_N, SY_HOPPER_D128_STAGES, 2, SY_HOPPER_D128_Q_IN_REGISTERS>;
+// d = 256: 128 x 64 tiles, 2 stages, Q in shared memory (one buffer): Q 64 KiB + 2 x 2 x 32 KiB = 192 KiB.
+// O alone is 128 registers a thread (64 x 256 fp32 over 128 threads); S and P of 64 keys add 48, Q in
+// registers would add 64 more: over 240. FlashAttention-3 takes 128 x 80 here.
+#ifndef SY_HOPPER_D256_BLOCK_N
+#define SY_HOPPER_D256_BLOCK_N 64
+#endif
+using HopperTraitsD256 = HopperTraits<256, SY_HOPPER_D256_BLOCK_N, 2, 2, false>;
 
 }  // namespace sy_attn

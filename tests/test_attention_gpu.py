@@ -73,7 +73,7 @@ def cpu_qkv(B=1, H=2, N=8, d=64, dtype=torch.bfloat16):
     (dict(q=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16), k=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16),
           v=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16), kernel="mma"), ValueError, "head dims (64, 128)"),
     (dict(q=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16), k=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16),
-          v=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16), kernel="hopper"), ValueError, "head dims (64, 128)"),
+          v=torch.randn(1, 2, 8, 96, dtype=torch.bfloat16), kernel="hopper"), ValueError, "head dims (64, 128, 256)"),
     (dict(q=torch.randn(1, 2, 8, 96), k=torch.randn(1, 2, 8, 96), v=torch.randn(1, 2, 8, 96), kernel="tiled"),
      ValueError, "head dims (16, 32, 64, 128)"),
     (dict(q=torch.randn(1, 2, 8, 64), k=torch.randn(1, 2, 8, 64), v=torch.randn(1, 2, 8, 64), kernel="mma"),
@@ -119,7 +119,7 @@ def test_import_does_not_import_torch_for_the_cpu_paths():
 
 
 # ---- the kernels on the GPU ---------------------------------------------------------------------------
-HEAD_DIMS = {"naive": (16, 40, 64, 128), "tiled": (16, 32, 64, 128), "mma": (64, 128), "hopper": (64, 128)}
+HEAD_DIMS = {"naive": (16, 40, 64, 128), "tiled": (16, 32, 64, 128), "mma": (64, 128), "hopper": (64, 128, 256)}
 DTYPES = {"naive": (torch.bfloat16, torch.float16, torch.float32),
           "tiled": (torch.bfloat16, torch.float16, torch.float32),
           "mma": (torch.bfloat16, torch.float16), "hopper": (torch.bfloat16, torch.float16)}
@@ -210,6 +210,16 @@ def test_kernel_on_fixed_edge_shapes(kernel, B, H, N, d, causal):
     q, k, v = make_inputs(B, H, 1, N, N, d, torch.bfloat16, "bhnd", seed=N)
     out, lse = run_poisoned(q, k, v, kernel, is_causal=causal)
     assert_close(out, lse, *reference(q, k, v, is_causal=causal), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N, causal", [(1000, True), (1100, False)])
+def test_hopper_head_dim_256_over_many_blocks(N, causal):
+    """d = 256 (64-key blocks, one Q buffer): 16-18 blocks through a 2-stage ring, diagonal masks,
+    several tiles per persistent block; the backward takes the math path."""
+    skip_unless_runnable("hopper")
+    q, k, v = make_inputs(2, 2, 2, N, N, 256, torch.bfloat16, "bhnd", seed=N)
+    assert_close(*run_poisoned(q, k, v, "hopper", is_causal=causal), *reference(q, k, v, is_causal=causal), torch.bfloat16)
 
 
 @pytest.mark.gpu

@@ -38,7 +38,7 @@ from .._errors import NotSupportedError
 KERNELS = ("naive", "tiled", "mma", "hopper")
 TILED_HEAD_DIMS = (16, 32, 64, 128)
 MMA_HEAD_DIMS = (64, 128)
-HOPPER_HEAD_DIMS = (64, 128)
+HOPPER_HEAD_DIMS = (64, 128, 256)
 BWD_HEAD_DIMS = (64, 128)   # attention_{mma_bwd,bwd}.cu; other head dims and attn_mask: _math_backward
 # The tensor-core backward's separate dQ pass (the deterministic mode: no atomics, S and dP computed
 # twice) measured 7-17 % faster than the atomic dq_accum at N = 1024 and 0-5 % slower at N = 4096
@@ -548,7 +548,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
     enable_gqa lets Hq be a multiple of Hkv. attn_mask (bool: True takes part, or additive float),
     broadcastable to (B, Hq, Nq, Nk), runs on kernel="naive" only. kernel="auto" picks "hopper" on
-    an sm_90 GPU and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head
+    an sm_90 GPU (also at d = 256) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head
     dims, "naive" otherwise or with a mask. A row whose keys are all masked gives 0.
 
     Differentiable: the backward (for fp16/bf16 cuda_src/attention_hopper_bwd.cu (wgmma, TMA) after a
