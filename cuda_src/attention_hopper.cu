@@ -182,7 +182,7 @@ struct Consumer {
     using GemmO = typename WgmmaN<Tr::kHeadDim>::template Op<T>;
 
     const SharedTiles<Tr> &sm;
-    const int wg;                // 0 or 1: which consumer
+    const int wg;                // which consumer: 0 .. kConsumerWGs - 1
     int row0;                    // first query row of this warpgroup in the tile being folded
     const int thread_row;        // this thread's first row inside the warpgroup's 64 (second: +8)
     const int thread_col;        // this thread's first column inside an n8 tile
