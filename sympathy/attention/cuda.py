@@ -548,8 +548,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
     enable_gqa lets Hq be a multiple of Hkv. attn_mask (bool: True takes part, or additive float),
     broadcastable to (B, Hq, Nq, Nk), runs on kernel="naive" only. kernel="auto" picks "hopper" on
-    an sm_90 GPU (also at d = 256) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head
-    dims, "naive" otherwise or with a mask. A row whose keys are all masked gives 0.
+    an sm_90 GPU (d = 64, 128 or 256) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for
+    other supported head dims, "naive" otherwise or with a mask. A row whose keys are all masked gives 0.
 
     Differentiable: the backward (for fp16/bf16 cuda_src/attention_hopper_bwd.cu (wgmma, TMA) after a
     `hopper` forward, cuda_src/attention_mma_bwd.cu (mma.sync) otherwise; cuda_src/attention_bwd.cu in
