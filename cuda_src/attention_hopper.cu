@@ -276,6 +276,20 @@ struct Consumer {
 
     __device__ __forceinline__ void release(uint64_t *empty) { mbar_arrive(smem_addr(empty)); }
 
+    // O moved onto the last folded block's maxima (only if some row's alpha is not 1), then
+    // P V of ring block kv issued: O is never rescaled while a P V writes it.
+    __device__ __forceinline__ void rescale_and_issue_pv(int kv, bool accumulate) {
+        if (rescale_pending) softmax.scale_acc(acc, alpha);
+        issue_pv(kv, accumulate);
+    }
+
+    // After the wait for P V of ring block kv: O and P are free again, and so is V's stage.
+    __device__ __forceinline__ void retire_pv(int kv) {
+        fence_regs(flat_acc());
+        fence_regs(rP);
+        release(&sm.bars->v_empty[stage_of(kv)]);
+    }
+
     // ptxas schedules wgmma.wait_group as early as it may, and register-only arithmetic is free to
     // move below it: it moved the 64 exponentials of fold() after the wait for P V, so nothing
     // overlapped that GEMM (seen in the SASS: WARPGROUP.DEPBAR then 66 MUFU.EX2). A shared-memory
@@ -364,8 +378,7 @@ struct Consumer {
     __device__ __forceinline__ void step(const TileWork &c, int j, int seqlen_k) {
         wait_turn();
         issue_s(c.kv0 + j, c.q_buf);
-        if (rescale_pending) softmax.scale_acc(acc, alpha);
-        issue_pv(c.kv0 + j - 1, j > 1);
+        rescale_and_issue_pv(c.kv0 + j - 1, j > 1);
         pass_turn();
         wgmma_wait<1>();   // S_j is done (P V may still run)
         fence_regs(flat_s());
@@ -374,9 +387,7 @@ struct Consumer {
         fold();
         pin_softmax();
         wgmma_wait<0>();   // P_{j-1} V_{j-1} is done: rP and acc are free
-        fence_regs(flat_acc());
-        fence_regs(rP);
-        release(&sm.bars->v_empty[stage_of(c.kv0 + j - 1)]);
+        retire_pv(c.kv0 + j - 1);
         convert_p();
     }
 
@@ -399,8 +410,7 @@ struct Consumer {
         take_q(x);
         wait_turn();
         issue_s(x.kv0, x.q_buf);
-        if (rescale_pending) softmax.scale_acc(acc, alpha);
-        issue_pv(c.kv0 + c.n_blocks - 1, c.n_blocks > 1);
+        rescale_and_issue_pv(c.kv0 + c.n_blocks - 1, c.n_blocks > 1);
         pass_turn();
         const OnlineSoftmaxFragment<1> done = softmax;   // c's row maxima and sums
         const int c_row0 = row0;
@@ -408,9 +418,7 @@ struct Consumer {
         fold_first(x, p.seqlen_k);
         pin_softmax();
         wgmma_wait<0>();
-        fence_regs(flat_acc());
-        fence_regs(rP);
-        release(&sm.bars->v_empty[stage_of(c.kv0 + c.n_blocks - 1)]);
+        retire_pv(c.kv0 + c.n_blocks - 1);
         store(p, c, c_row0, done);
         convert_p();
     }
@@ -419,12 +427,10 @@ struct Consumer {
     // waits for no further one), then the store.
     __device__ void finish(const sy_attn_params &p, const TileWork &c) {
         wait_turn();
-        if (rescale_pending) softmax.scale_acc(acc, alpha);
-        issue_pv(c.kv0 + c.n_blocks - 1, c.n_blocks > 1);
+        rescale_and_issue_pv(c.kv0 + c.n_blocks - 1, c.n_blocks > 1);
         if (wg != kLastWG) pass_turn();
         wgmma_wait<0>();
-        fence_regs(flat_acc());
-        release(&sm.bars->v_empty[stage_of(c.kv0 + c.n_blocks - 1)]);
+        retire_pv(c.kv0 + c.n_blocks - 1);
         store(p, c, row0, softmax);
     }
 

@@ -315,8 +315,8 @@ def _aligned_rows(t) -> bool:
     return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:3])
 
 
-# The smallest normal float32: what a zero scale reaches the kernels as (see _kernel_q_and_scale).
-_TINY_SCALE = 1.1754943508222875e-38
+# The smallest normal float32, 2^-126: what a zero scale reaches the kernels as (see _kernel_q_and_scale).
+_TINY_SCALE = 2.0 ** -126
 
 
 def _kernel_q_and_scale(q, scale: float):
