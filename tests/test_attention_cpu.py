@@ -305,7 +305,6 @@ def _ok(nq=4, nk=5, d=8, hq=2, hk=2):
     (lambda q, k, v: (q, k, v[:, :, :3]), {}, ValueError, "same sequence length"),
     (lambda q, k, v: (q, k[:, :1], v), {}, ValueError, "k and v must have the same number of heads"),
     (lambda q, k, v: (q, k[:, :1], v[:, :1]), {}, ValueError, "enable_gqa=True"),
-    (lambda q, k, v: (q[:, :, :0], k, v), {}, ValueError, "every dimension >= 1"),
     (lambda q, k, v: (np.concatenate([q, q, q], 1), np.concatenate([k, k], 1), np.concatenate([v, v], 1)),
      {"enable_gqa": True}, ValueError, "multiple of"),
     (lambda q, k, v: (q, np.concatenate([k, k]), v), {}, ValueError, "batch size"),
@@ -341,6 +340,14 @@ def test_bad_input_raises(fn, args, kwargs, error, match):
     (lambda q, k, v: sy.attention.reference(q, k.astype(np.float64), v), TypeError, "share one dtype"),
     (lambda q, k, v: sy.attention.tiled(q, k, v, block_q=0), ValueError, "block_q must be in"),
     (lambda q, k, v: sy.attention.tiled(q, k, v, sram_bytes=64), ValueError, "sram_bytes must be in"),
+    # dropout and masks the path lacks are errors, never silently ignored
+    (lambda q, k, v: sy.attention.cpu(q, k, v, None, 0.1), NotImplementedError, "no dropout"),
+    (lambda q, k, v: sy.attention.tiled(q, k, v, None, 0.5), NotImplementedError, "no dropout"),
+    (lambda q, k, v: sy.attention.reference(q, k, v, None, 1.0), NotImplementedError, "no dropout"),
+    (lambda q, k, v: sy.attention.reference(q, k, v, dropout_p=1.5), ValueError, r"dropout_p must be in \[0, 1\]"),
+    (lambda q, k, v: sy.attention.cpu(q, k, v, dropout_p="0"), TypeError, "dropout_p must be a float"),
+    (lambda q, k, v: sy.attention.cpu(q, k, v, np.ones((4, 5), bool)), NotImplementedError, "no attn_mask"),
+    (lambda q, k, v: sy.attention.tiled(q, k, v, np.ones((4, 5), bool)), NotImplementedError, "no attn_mask"),
 ])
 def test_bad_input_raises_specific(call, error, match):
     with pytest.raises(error, match=match):
@@ -353,3 +360,29 @@ def test_unsupported_isa_is_a_clear_error():
         pytest.skip("this CPU runs every instruction set")
     with pytest.raises(sy.NotSupportedError):
         sy.attention.cpu(*_ok(), isa=missing[0])
+
+
+# ---- empty inputs, exactly as torch (issue #18, item 8) ----------------------------------------------
+EMPTY_SHAPES = [   # (q, k, v) shapes with a zero somewhere, each accepted by torch's SDPA
+    ((0, 2, 3, 4), (0, 2, 5, 4), (0, 2, 5, 4)),    # empty batch
+    ((1, 0, 3, 4), (1, 0, 5, 4), (1, 0, 5, 4)),    # no heads
+    ((1, 2, 0, 4), (1, 2, 5, 4), (1, 2, 5, 4)),    # no queries
+    ((1, 2, 3, 4), (1, 2, 0, 4), (1, 2, 0, 4)),    # no keys: zeros
+    ((1, 2, 3, 0), (1, 2, 5, 0), (1, 2, 5, 3)),    # head_dim 0: every score 0, the mean of v
+    ((2, 4, 3, 4), (2, 2, 0, 4), (2, 2, 0, 6)),    # GQA, no keys
+]
+
+
+@pytest.mark.parametrize("fn", [sy.attention.reference, sy.attention.tiled, sy.attention.cpu])
+@pytest.mark.parametrize("shapes", EMPTY_SHAPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_empty_inputs_as_torch(fn, shapes, causal):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    gqa = shapes[0][1] != shapes[1][1]
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(x) for x in (q, k, v)), None, 0.0, causal, enable_gqa=gqa).numpy()
+    got = fn(q, k, v, None, 0.0, causal, enable_gqa=gqa)
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)

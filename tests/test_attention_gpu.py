@@ -1,4 +1,4 @@
-"""sy.attention.scaled_dot_product_attention: the CUDA kernels against a float64 reference.
+"""sy.attention.cuda.scaled_dot_product_attention: the CUDA kernels against a float64 reference.
 
 The input checks run everywhere torch is installed (CPU tensors: they raise before any device is
 touched); the kernel tests are marked `gpu` and skip where there is no CUDA GPU.
@@ -87,7 +87,8 @@ def test_bad_input_raises_before_any_device_is_touched(case, error, words):
     args = dict(q=q, k=k, v=v)
     args.update(case)
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
-        sy.attention.scaled_dot_product_attention(**args)
+        # the CUDA-only entry: sy.attention.scaled_dot_product_attention sends CPU tensors to the C kernel
+        cuda.scaled_dot_product_attention(**args)
 
 
 def test_auto_picks_the_fastest_kernel_that_supports_the_call():

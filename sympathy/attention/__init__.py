@@ -1,11 +1,14 @@
-"""Attention, from the article's softmax to GPU kernels.
+"""Attention, from the article's softmax to GPU kernels. Every entry takes torch's signature
+(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False).
 
     sy.attention.reference(q, k, v)   NumPy float64, torch-SDPA semantics (reference.py)
     sy.attention.tiled(q, k, v)       FlashAttention's Algorithm 1 in NumPy, with HBM-traffic counts (tiled.py)
     sy.attention.cpu(q, k, v)         the C kernel, c_src/attention.c (cpu.py)
-    sy.attention.scaled_dot_product_attention(q, k, v)   CUDA kernels on torch tensors (cuda.py)
+    sy.attention.scaled_dot_product_attention(q, k, v)   torch tensors on any device, or NumPy (torch_api.py)
+    with sy.attention.patch(): ...    torch's F.scaled_dot_product_attention runs on ours (patch.py)
+    sy.attention.register_transformers()   attn_implementation="sympathy" (transformers_api.py)
 """
 from .reference import reference
 from .tiled import tiled
 from .cpu import cpu
-from .cuda import scaled_dot_product_attention
+from .torch_api import scaled_dot_product_attention

@@ -34,7 +34,7 @@ class AttentionShape:
     @property
     def group(self) -> int:
         """Query heads per kv head (1 without GQA)."""
-        return self.heads_q // self.heads_kv
+        return self.heads_q // self.heads_kv if self.heads_kv else 1   # no heads at all: nothing grouped
 
     def flops(self, is_causal: bool = False) -> float:
         """Forward FLOPs as the papers count them: 2·Nq·Nk·d for QKᵀ plus 2·Nq·Nk·dv for PV, per head;
@@ -51,12 +51,15 @@ def causal_pairs(n_q: int, n_kv: int) -> int:
 
 def check_shapes(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tuple[int, ...], *,
                  scale: float | None = None, enable_gqa: bool = False,
-                 max_head_dim: int | None = None) -> AttentionShape:
-    """Validate q/k/v shapes against the SDPA contract; return the sizes and the resolved scale."""
+                 max_head_dim: int | None = None, allow_empty: bool = False) -> AttentionShape:
+    """Validate q/k/v shapes against the SDPA contract; return the sizes and the resolved scale.
+
+    allow_empty: accept dimensions of size 0 as torch does (an empty batch, no heads, no queries, no
+    keys, head_dim 0); the caller then answers with `empty_result`."""
     for name, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
         if len(shape) != 4:
             raise ValueError(f"{name} must have rank 4 (batch, heads, seq, head_dim); got shape {tuple(shape)}")
-        if any(s < 1 for s in shape):
+        if any(s < (0 if allow_empty else 1) for s in shape):
             raise ValueError(f"{name} must have every dimension >= 1; got shape {tuple(shape)}")
     b, hq, nq, d = q_shape
     bk, hk, nk, dk = k_shape
@@ -73,12 +76,12 @@ def check_shapes(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tu
         if not enable_gqa:
             raise ValueError(f"q has {hq} heads but k/v have {hk}; pass enable_gqa=True for grouped-query "
                              f"attention")
-        if hq % hk:
+        if hk == 0 or hq % hk:
             raise ValueError(f"enable_gqa needs q's heads ({hq}) to be a multiple of k/v's heads ({hk})")
     if max_head_dim is not None and max(d, dv) > max_head_dim:
         raise ValueError(f"head_dim must be <= {max_head_dim} for this kernel; got q/k {d}, v {dv}")
     if scale is None:
-        scale = 1.0 / math.sqrt(d)
+        scale = 1.0 / math.sqrt(d) if d else math.inf   # torch's default, 1/sqrt(0) included
     else:
         if isinstance(scale, bool) or not isinstance(scale, (int, float)):
             raise TypeError(f"scale must be a real number or None; got {type(scale).__name__}")
@@ -86,6 +89,20 @@ def check_shapes(q_shape: tuple[int, ...], k_shape: tuple[int, ...], v_shape: tu
         if not math.isfinite(scale):
             raise ValueError(f"scale must be finite; got {scale}")
     return AttentionShape(b, hq, hk, nq, nk, d, dv, scale)
+
+
+def is_empty(shape: AttentionShape) -> bool:
+    """Nothing to compute: the output has no element, or no key exists (the output is then zeros)."""
+    return 0 in (shape.batch, shape.heads_q, shape.n_q, shape.value_dim, shape.n_kv, shape.head_dim)
+
+
+def check_dropout(dropout_p) -> float:
+    """torch's dropout_p: a probability in [0, 1]."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise TypeError(f"dropout_p must be a float in [0, 1]; got {type(dropout_p).__name__}")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1]; got {dropout_p}")
+    return float(dropout_p)
 
 
 def check_mask_shape(mask_shape: tuple[int, ...], shape: AttentionShape) -> None:

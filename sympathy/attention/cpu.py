@@ -2,6 +2,7 @@
 CPU in float32, tiles sized from this machine's L1d and L2, SIMD chosen at run time, threads across
 batch × heads × query blocks, extra memory O(block · d) per thread whatever N is.
 
+    out = sy.attention.cpu(q, k, v, None, 0.0, True)        # torch's positional order
     out = sy.attention.cpu(q, k, v, is_causal=True)
     out, lse = sy.attention.cpu(q, k, v, return_lse=True, threads=2)
 
@@ -18,7 +19,8 @@ import os
 import numpy as np
 
 from .._errors import check
-from ._checks import MAX_HEAD_DIM, check_block, check_shapes
+from ._checks import MAX_HEAD_DIM, check_block, check_shapes, is_empty
+from .reference import check_no_dropout, reference
 
 ISAS = {"auto": 0, "scalar": 1, "avx2": 2, "avx512": 3}
 MAX_THREADS = 1024     # the C side's bound on workers
@@ -47,7 +49,7 @@ def _float32_view(x, name: str) -> np.ndarray:
     if arr.dtype != np.float32:
         raise TypeError(f"{name} must be float32 for the C kernel; got dtype {arr.dtype} "
                         f"(convert with .astype(np.float32), or use sy.attention.reference)")
-    if arr.ndim == 4:
+    if arr.ndim == 4 and arr.size:   # an empty array's strides say nothing (NumPy may give 0)
         if arr.shape[-1] > 1 and arr.strides[-1] != arr.itemsize:
             raise ValueError(f"{name} must be contiguous in its last dim; got a stride of "
                              f"{arr.strides[-1]} bytes (use np.ascontiguousarray({name}))")
@@ -120,22 +122,29 @@ def _make_plan(ffi, lib, problem, threads, block_q, block_k, isa):
     return p
 
 
-def cpu(q, k, v, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *,
-        threads: int | None = None, block_q: int | None = None, block_k: int | None = None,
-        isa: str = "auto", return_lse: bool = False, out: np.ndarray | None = None):
+def cpu(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
+        scale: float | None = None, enable_gqa: bool = False, threads: int | None = None, block_q: int | None = None,
+        block_k: int | None = None, isa: str = "auto", return_lse: bool = False, out: np.ndarray | None = None):
     """softmax(scale · q kᵀ) v by the C kernel, float32.
 
+    Signature as torch's scaled_dot_product_attention (scale and enable_gqa keyword-only, as there); attn_mask must be None and dropout_p 0
+    (the kernel has neither: NotImplementedError, never a silent ignore).
     q (B, Hq, Nq, d), k (B, Hk, Nk, d), v (B, Hk, Nk, dv), d and dv <= 256 -> (B, Hq, Nq, dv).
+    Empty sizes as torch (an empty batch or no queries: an empty result; no keys: zeros).
     threads: None uses every CPU this process may run on. block_q/block_k: tile sizes (default:
     from the L1d/L2 sizes). isa: "auto", "avx512", "avx2" or "scalar" (NotSupportedError where the
     CPU lacks it). out: an optional float32 (B, Hq, Nq, dv) array, last dim contiguous, written in
     place. With return_lse also the natural-log log-sum-exp of each row, (B, Hq, Nq) float32.
     """
+    check_no_dropout(dropout_p)
+    if attn_mask is not None:
+        raise NotImplementedError("the C kernel has no attn_mask; use sy.attention.reference (NumPy), or "
+                                  "sy.attention.scaled_dot_product_attention on torch tensors")
     ffi, lib = _lib()
     q, k, v = (_float32_view(x, name) for name, x in (("q", q), ("k", k), ("v", v)))
     shape = check_shapes(q.shape, k.shape, v.shape, scale=scale, enable_gqa=enable_gqa,
-                         max_head_dim=MAX_HEAD_DIM)
-    if abs(shape.scale) > float(np.finfo(np.float32).max):
+                         max_head_dim=MAX_HEAD_DIM, allow_empty=True)
+    if shape.head_dim and abs(shape.scale) > float(np.finfo(np.float32).max):
         raise ValueError(f"scale must fit in float32 for the C kernel; got {shape.scale}")
     want = (shape.batch, shape.heads_q, shape.n_q, shape.value_dim)
     if out is None:
@@ -149,6 +158,12 @@ def cpu(q, k, v, is_causal: bool = False, scale: float | None = None, enable_gqa
         if not out.flags.writeable:
             raise ValueError("out must be writeable")
     lse = np.empty(want[:3], dtype=np.float32) if return_lse else None
+    if is_empty(shape):   # nothing for the kernel to stream: the definition's answer, as torch's
+        ref_out, ref_lse = reference(q, k, v, None, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=True)
+        out[...] = ref_out
+        if lse is not None:
+            lse[...] = ref_lse
+        return (out, lse) if return_lse else out
 
     problem = ffi.new("struct sy_attn_problem *")
     _fill_shape(problem, shape, is_causal)

@@ -1,6 +1,6 @@
 """FlashAttention forward on the GPU: the CUDA kernels of cuda_src/ on torch tensors.
 
-    sy.attention.scaled_dot_product_attention(q, k, v, is_causal=True)          # torch SDPA semantics
+    sy.attention.cuda.scaled_dot_product_attention(q, k, v, None, 0.0, True)   # torch SDPA's signature
     out, lse = sy.attention.cuda.attention_with_lse(q, k, v, kernel="mma")      # + log-sum-exp
     sy.attention.cuda.build_all(["sm_80", "sm_90a"])                             # ahead of time
     out.sum().backward()          # differentiable (deterministic=True: no atomics)
@@ -34,6 +34,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .. import config
 from .._errors import NotSupportedError
+from ._checks import check_dropout
 
 KERNELS = ("naive", "tiled", "mma", "hopper")
 TILED_HEAD_DIMS = (16, 32, 64, 128)
@@ -466,8 +467,8 @@ def _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: f
     dq = (ds @ kf) * scale
     dk = (ds.transpose(-1, -2) @ qf) * scale
     dv = p.transpose(-1, -2) @ dof
-    B, Hkv, Nk, d = k.shape
-    dk, dv = (t.view(B, Hkv, group, Nk, d).sum(2) for t in (dk, dv))
+    B, Hkv, Nk = k.shape[:3]
+    dk, dv = (t.view(B, Hkv, group, Nk, t.shape[-1]).sum(2) for t in (dk, dv))   # dv may differ from d (CPU)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -523,13 +524,18 @@ def _attention_op():
     return _op
 
 
-def attention_with_lse(q, k, v, attn_mask=None, is_causal: bool = False, scale: Optional[float] = None,
-                       enable_gqa: bool = False, kernel: str = "auto", deterministic: Optional[bool] = None):
+def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
+                       scale: Optional[float] = None, enable_gqa: bool = False, kernel: str = "auto",
+                       deterministic: Optional[bool] = None):
     """(out, lse): attention and each query row's natural-log log-sum-exp of its scaled scores.
 
+    Signature as torch's SDPA; dropout_p must be 0 (the kernels have none: NotImplementedError).
     lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
     differentiable in q, k, v (see scaled_dot_product_attention for `deterministic`).
     """
+    if check_dropout(dropout_p) > 0.0:
+        raise NotImplementedError(f"dropout_p={dropout_p}: the CUDA kernels have no dropout; "
+                                  "sy.attention.scaled_dot_product_attention runs torch's SDPA for it")
     if deterministic is None:
         deterministic = _torch().are_deterministic_algorithms_enabled()
     if not isinstance(deterministic, bool):
@@ -540,9 +546,13 @@ def attention_with_lse(q, k, v, attn_mask=None, is_causal: bool = False, scale: 
     return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic)
 
 
-def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = False, scale: Optional[float] = None,
-                                 enable_gqa: bool = False, kernel: str = "auto", deterministic: Optional[bool] = None):
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
+                                 scale: Optional[float] = None, enable_gqa: bool = False, kernel: str = "auto",
+                                 deterministic: Optional[bool] = None):
     """torch.nn.functional.scaled_dot_product_attention, forward and backward, on sympathy's CUDA kernels.
+
+    CUDA tensors only (sy.attention.scaled_dot_product_attention takes every device); torch's
+    signature, dropout_p must be 0.
 
     q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d): CUDA tensors, float32/float16/bfloat16, any strides
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
@@ -560,4 +570,5 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = Fals
     torch.use_deterministic_algorithms. attn_mask calls and head dims other than 64 and 128 take a
     torch-math backward (same algorithm, materialises P).
     """
-    return attention_with_lse(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, deterministic)[0]
+    return attention_with_lse(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
+                              kernel=kernel, deterministic=deterministic)[0]

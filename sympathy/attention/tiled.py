@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..softmax import finalize, log_sum_exp, rescale
-from ._checks import check_block, check_shapes
-from .reference import as_float_arrays
+from ._checks import check_block, check_shapes, is_empty
+from .reference import as_float_arrays, check_no_dropout, reference
 
 ITEM_BYTES = 8          # the model computes in float64; traffic is counted in its bytes
 DEFAULT_SRAM_BYTES = 192 * 1024  # about one SM's shared memory (A100: up to 164 KiB, H100: 228 KiB)
@@ -65,22 +65,31 @@ def blocks_from_sram(sram_bytes: int, head_dim: int) -> tuple[int, int]:
     return block_q, block_k
 
 
-def tiled(q, k, v, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False, *,
-          block_q: int | None = None, block_k: int | None = None, sram_bytes: int | None = None,
-          return_lse: bool = False, return_traffic: bool = False):
+def tiled(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
+          scale: float | None = None, enable_gqa: bool = False, block_q: int | None = None, block_k: int | None = None,
+          sram_bytes: int | None = None, return_lse: bool = False, return_traffic: bool = False):
     """Attention by FlashAttention's Algorithm 1: float64, tiles of Br×Bc, online softmax.
 
-    Block sizes: block_q/block_k as given, else from `sram_bytes` (default 192 KiB) by the paper's
-    rule. Returns out (B, Hq, Nq, dv), then lse (B, Hq, Nq) if return_lse, then a Traffic if
-    return_traffic.
+    Signature as torch's scaled_dot_product_attention (scale and enable_gqa keyword-only, as there); attn_mask must be None and dropout_p 0
+    (NotImplementedError otherwise: the model has neither). Block sizes: block_q/block_k as given,
+    else from `sram_bytes` (default 192 KiB) by the paper's rule. Returns out (B, Hq, Nq, dv), then
+    lse (B, Hq, Nq) if return_lse, then a Traffic if return_traffic. Empty sizes as torch.
     """
+    check_no_dropout(dropout_p)
+    if attn_mask is not None:
+        raise NotImplementedError("tiled has no attn_mask; use sy.attention.reference for a masked NumPy call")
     q, k, v = as_float_arrays(q, k, v)
-    shape = check_shapes(q.shape, k.shape, v.shape, scale=scale, enable_gqa=enable_gqa)
+    shape = check_shapes(q.shape, k.shape, v.shape, scale=scale, enable_gqa=enable_gqa, allow_empty=True)
     block_q = check_block("block_q", block_q)
     block_k = check_block("block_k", block_k)
     sram = check_block("sram_bytes", sram_bytes, lo=4 * ITEM_BYTES * max(shape.head_dim, shape.value_dim),
                        hi=1 << 40)
     sram = DEFAULT_SRAM_BYTES if sram is None else sram
+    if is_empty(shape):   # no tile to stream: the definition's answer (torch's), and no traffic
+        out, lse = reference(q, k, v, None, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=True)
+        traffic = Traffic(0, 0, 0, 0, 0, sram, shape.batch * shape.heads_q, shape.n_q, shape.n_kv, shape.head_dim)
+        extras = [x for x, wanted in ((lse, return_lse), (traffic, return_traffic)) if wanted]
+        return (out, *extras) if extras else out
     auto_q, auto_k = blocks_from_sram(sram, shape.head_dim)
     br = min(block_q or auto_q, shape.n_q)
     bc = min(block_k or auto_k, shape.n_kv)
