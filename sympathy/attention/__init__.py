@@ -12,3 +12,4 @@ from .reference import reference
 from .tiled import tiled
 from .cpu import cpu
 from .torch_api import scaled_dot_product_attention
+from .patch import PatchStats, patch, patch_stats

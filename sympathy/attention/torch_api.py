@@ -22,6 +22,7 @@ transformers integration, which send what it refuses to torch's SDPA instead of 
 # no `from __future__ import annotations`: torch.library reads the custom op's annotations as types
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -102,6 +103,18 @@ def _cpu_reason(q, k, v, attn_mask) -> Optional[str]:
     return None
 
 
+def register_ops() -> None:
+    """Define sympathy's torch ops (the C kernel's and the CUDA kernels') now. torch.compile cannot
+    trace their definition, so this runs at import when torch is already loaded, on entering
+    patch(), and on the first eager call."""
+    _attention_cpu_op()
+    cuda._attention_op()
+
+
+if "torch" in sys.modules:   # torch imported first (the usual case): the ops exist before any trace
+    register_ops()
+
+
 # ---- the routing --------------------------------------------------------------------------------------------
 @dataclass
 class Decision:
@@ -148,6 +161,10 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     reason = _structural_reason(query, key, value, dropout_p, is_causal, scale, enable_gqa)
     if reason:
         return Decision(reason=reason)
+    import torch
+
+    if not torch.compiler.is_compiling():
+        register_ops()
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     gqa = query.shape[1] != key.shape[1]
