@@ -13,3 +13,4 @@ from .tiled import tiled
 from .cpu import cpu
 from .torch_api import scaled_dot_product_attention
 from .patch import PatchStats, patch, patch_stats
+from .transformers_api import register_transformers
