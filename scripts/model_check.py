@@ -148,11 +148,12 @@ def accuracy(models, names, args):
 
 
 def training(models, names, args):
-    """One step's loss and gradient error against float32 (batch 2, N 2 x prompt, no padding)."""
+    """One step's loss and gradient error (batch 2, N 2 x prompt, no padding) against float32, and against
+    torch's default bf16 SDPA with the same bf16 weights (the weights' rounding cancels there: what is
+    left is the attention's, and torch's backends' spread among themselves is the tolerance)."""
     ids, _ = prompts(2, 2 * args.prompt, False, seed=2, device=args.device)
-    grads = {}
-    results = []
-    for name in ["fp32"] + list(names):
+    refs, results = {}, []
+    for name in ["fp32", "sdpa"] + [n for n in names if n != "sdpa"]:
         v = Variant(name, models)
         v.model.train()
         v.model.zero_grad(set_to_none=True)
@@ -166,16 +167,19 @@ def training(models, names, args):
         finally:
             v.model.eval()
         g = {n: p.grad.float() for n, p in v.model.named_parameters()}
-        if name == "fp32":
-            grads = g
-            fp32_loss = loss.item()
-            ref_norm = sum(x.square().sum() for x in g.values()).sqrt().item()
-            continue
-        err = sum((g[n] - grads[n]).square().sum() for n in g).sqrt().item() / ref_norm
-        results.append({"variant": name, "loss": loss.item(), "loss_fp32": fp32_loss, "grad_rel": err})
-        log(f"  {name:15s} loss {loss.item():.5f} (fp32 {fp32_loss:.5f}) gradient rel error {err:.2e}")
+        v.model.zero_grad(set_to_none=True)
+        if name in ("fp32", "sdpa"):
+            refs[name] = (g, sum(x.square().sum() for x in g.values()).sqrt().item(), loss.item())
+            if name == "fp32":
+                continue
+        row = {"variant": name, "loss": loss.item(), "loss_fp32": refs["fp32"][2]}
+        for ref in ("fp32", "sdpa"):
+            ref_g, ref_norm, _ = refs[ref]
+            row[f"grad_rel_{ref}"] = sum((g[n] - ref_g[n]).square().sum() for n in g).sqrt().item() / ref_norm
+        results.append(row)
+        log(f"  {name:15s} loss {row['loss']:.5f} (fp32 {row['loss_fp32']:.5f}) gradient rel error "
+            f"vs fp32 {row['grad_rel_fp32']:.2e}, vs torch's bf16 sdpa {row['grad_rel_sdpa']:.2e}")
         del g
-    models["fp32"].zero_grad(set_to_none=True)
     return results
 
 
@@ -237,14 +241,16 @@ def speed(models, args):
 
 def print_tables(acc, train, perf, device):
     log(f"\n## {device}, torch {torch.__version__}, transformers {__import__('transformers').__version__}")
-    log("\n| batch | variant | logits max rel err | mean rel err | greedy tokens agreeing with fp32 "
-        "(before first difference, per prompt) |\n|---|---|---|---|---|")
+    log("\n| batch | variant | logits max rel err | mean rel err | greedy tokens equal to fp32's before the "
+        "first difference, per prompt | greedy tokens equal to fp32's at the same position, all prompts |"
+        "\n|---|---|---|---|---|---|")
     for r in acc:
         pad = "left-padded" if r["padded"] else "unpadded"
         if "error" in r:
-            log(f"| {pad} | {r['variant']} | n/a: {r['error']} | | |")
+            log(f"| {pad} | {r['variant']} | n/a: {r['error']} | | | |")
         else:
-            log(f"| {pad} | {r['variant']} | {r['max_rel']:.2e} | {r['mean_rel']:.2e} | {r['prefix']} |")
+            log(f"| {pad} | {r['variant']} | {r['max_rel']:.2e} | {r['mean_rel']:.2e} | {r['prefix']} | "
+                f"{r['same']} of {r['total']} |")
     for padded in (False, True):
         rows = [r for r in acc if r["padded"] == padded and "error" not in r]
         theirs = [r for r in rows if r["variant"].startswith("sdpa")]
@@ -252,16 +258,20 @@ def print_tables(acc, train, perf, device):
             worst_err = max(t["max_rel"] for t in theirs)
             fewest = min(t["prefix_mean"] for t in theirs)
             ok = r["max_rel"] <= worst_err * 1.25 and r["prefix_mean"] >= fewest
+            same = [t["same"] for t in theirs]
             log(f"\n{'left-padded' if padded else 'unpadded'} {r['variant']}: logits error {r['max_rel']:.2e} "
                 f"(torch's bf16 backends: {min(t['max_rel'] for t in theirs):.2e} to {worst_err:.2e}), "
                 f"greedy agreement {r['prefix_mean']:.1f} tokens (torch's: {fewest:.1f} to "
-                f"{max(t['prefix_mean'] for t in theirs):.1f}): {'within' if ok else 'OUTSIDE'} torch's spread")
-    log("\n| training step | loss | fp32 loss | gradient rel err vs fp32 |\n|---|---|---|---|")
+                f"{max(t['prefix_mean'] for t in theirs):.1f}), {r['same']} of {r['total']} at the same position "
+                f"(torch's: {min(same)} to {max(same)}): {'within' if ok else 'OUTSIDE'} torch's spread")
+    log("\n| training step | loss | fp32 loss | gradient rel err vs fp32 | vs torch's default bf16 sdpa |"
+        "\n|---|---|---|---|---|")
     for r in train:
         if "error" in r:
-            log(f"| {r['variant']} | n/a: {r['error']} | | |")
+            log(f"| {r['variant']} | n/a: {r['error']} | | | |")
         else:
-            log(f"| {r['variant']} | {r['loss']:.5f} | {r['loss_fp32']:.5f} | {r['grad_rel']:.2e} |")
+            log(f"| {r['variant']} | {r['loss']:.5f} | {r['loss_fp32']:.5f} | {r['grad_rel_fp32']:.2e} | "
+                f"{r['grad_rel_sdpa']:.2e} |")
     if perf:
         log("\n| N | batch | pass | " + " | ".join(f"{k} ms" for k in TIMED)
             + " | " + " | ".join(f"{k} / ours" for k in TIMED[1:]) + " |")
