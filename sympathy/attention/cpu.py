@@ -123,12 +123,14 @@ def _make_plan(ffi, lib, problem, threads, block_q, block_k, isa):
 
 
 def cpu(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
-        scale: float | None = None, enable_gqa: bool = False, threads: int | None = None, block_q: int | None = None,
-        block_k: int | None = None, isa: str = "auto", return_lse: bool = False, out: np.ndarray | None = None):
+        scale: float | None = None, enable_gqa: bool = False, threads: int | None = None,
+        block_q: int | None = None, block_k: int | None = None, isa: str = "auto", return_lse: bool = False,
+        out: np.ndarray | None = None):
     """softmax(scale · q kᵀ) v by the C kernel, float32.
 
-    Signature as torch's scaled_dot_product_attention (scale and enable_gqa keyword-only, as there); attn_mask must be None and dropout_p 0
-    (the kernel has neither: NotImplementedError, never a silent ignore).
+    Signature as torch's scaled_dot_product_attention (scale and enable_gqa keyword-only, as there);
+    attn_mask must be None and dropout_p 0 (the kernel has neither: NotImplementedError, never a
+    silent ignore).
     q (B, Hq, Nq, d), k (B, Hk, Nk, d), v (B, Hk, Nk, dv), d and dv <= 256 -> (B, Hq, Nq, dv).
     Empty sizes as torch (an empty batch or no queries: an empty result; no keys: zeros).
     threads: None uses every CPU this process may run on. block_q/block_k: tile sizes (default:
@@ -159,7 +161,8 @@ def cpu(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False
             raise ValueError("out must be writeable")
     lse = np.empty(want[:3], dtype=np.float32) if return_lse else None
     if is_empty(shape):   # nothing for the kernel to stream: the definition's answer, as torch's
-        ref_out, ref_lse = reference(q, k, v, None, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=True)
+        ref_out, ref_lse = reference(q, k, v, None, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa,
+                                     return_lse=True)
         out[...] = ref_out
         if lse is not None:
             lse[...] = ref_lse

@@ -46,8 +46,9 @@ def reference(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool =
               scale: float | None = None, enable_gqa: bool = False, return_lse: bool = False):
     """softmax(scale · q kᵀ + mask) v in float64, the score matrix materialised.
 
-    Signature as torch's scaled_dot_product_attention (scale and enable_gqa keyword-only, as there). q (B, Hq, Nq, d), k (B, Hk, Nk, d),
-    v (B, Hk, Nk, dv) -> (B, Hq, Nq, dv) float64; empty sizes as torch (no keys: zeros).
+    Signature as torch's scaled_dot_product_attention (scale and enable_gqa keyword-only, as there).
+    q (B, Hq, Nq, d), k (B, Hk, Nk, d), v (B, Hk, Nk, dv) -> (B, Hq, Nq, dv) float64; empty sizes as
+    torch (no keys: zeros).
     attn_mask: None, boolean (True = take part) or additive, broadcastable to (B, Hq, Nq, Nk);
     not together with is_causal (as torch). dropout_p must be 0 (NotImplementedError otherwise).
     With return_lse, also the natural-log log-sum-exp of each row's scores, (B, Hq, Nq), -inf for

@@ -66,14 +66,16 @@ def blocks_from_sram(sram_bytes: int, head_dim: int) -> tuple[int, int]:
 
 
 def tiled(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
-          scale: float | None = None, enable_gqa: bool = False, block_q: int | None = None, block_k: int | None = None,
-          sram_bytes: int | None = None, return_lse: bool = False, return_traffic: bool = False):
+          scale: float | None = None, enable_gqa: bool = False, block_q: int | None = None,
+          block_k: int | None = None, sram_bytes: int | None = None, return_lse: bool = False,
+          return_traffic: bool = False):
     """Attention by FlashAttention's Algorithm 1: float64, tiles of Br×Bc, online softmax.
 
-    Signature as torch's scaled_dot_product_attention (scale and enable_gqa keyword-only, as there); attn_mask must be None and dropout_p 0
-    (NotImplementedError otherwise: the model has neither). Block sizes: block_q/block_k as given,
-    else from `sram_bytes` (default 192 KiB) by the paper's rule. Returns out (B, Hq, Nq, dv), then
-    lse (B, Hq, Nq) if return_lse, then a Traffic if return_traffic. Empty sizes as torch.
+    Signature as torch's scaled_dot_product_attention (scale and enable_gqa keyword-only, as there);
+    attn_mask must be None and dropout_p 0 (NotImplementedError otherwise: the model has neither).
+    Block sizes: block_q/block_k as given, else from `sram_bytes` (default 192 KiB) by the paper's
+    rule. Returns out (B, Hq, Nq, dv), then lse (B, Hq, Nq) if return_lse, then a Traffic if
+    return_traffic. Empty sizes as torch.
     """
     check_no_dropout(dropout_p)
     if attn_mask is not None:
