@@ -122,3 +122,12 @@ def test_under_torch_compile_the_graph_holds_our_op_forward_and_backward():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert (stats.taken, stats.fallbacks) == (2, 0)   # counted per call of the compiled code
     assert F.scaled_dot_product_attention is TORCH_SDPA
+
+
+def test_without_torch_patch_is_a_clear_error(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)   # import torch -> ImportError
+    with pytest.raises(sy.NotSupportedError, match="pip install sympathy"):
+        with sy.attention.patch():
+            pass

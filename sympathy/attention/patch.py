@@ -130,9 +130,9 @@ class patch(contextlib.ContextDecorator):
         self._saved: list = []
 
     def __enter__(self) -> PatchStats:
+        register_ops()   # outside any torch.compile trace, which cannot define an op; no torch: a clear error
         import torch.nn.functional as F
 
-        register_ops()   # outside any torch.compile trace, which cannot define an op
         with _lock:
             original = torch_sdpa()  # torch's, read before anything is replaced
             self._saved.append(F.scaled_dot_product_attention)

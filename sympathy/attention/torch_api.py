@@ -106,7 +106,8 @@ def _cpu_reason(q, k, v, attn_mask) -> Optional[str]:
 def register_ops() -> None:
     """Define sympathy's torch ops (the C kernel's and the CUDA kernels') now. torch.compile cannot
     trace their definition, so this runs at import when torch is already loaded, on entering
-    patch(), and on the first eager call."""
+    patch(), and on the first eager call. Without torch: NotSupportedError naming the extra."""
+    cuda._torch()
     _attention_cpu_op()
     cuda._attention_op()
 
