@@ -99,3 +99,17 @@ def test_register_transformers_rejects_bad_names():
         sy.attention.register_transformers("sdpa")
     with pytest.raises(ValueError, match="kernel must be"):
         sy.attention.register_transformers(kernel="fast")
+
+
+def test_greedy_generation_with_left_padding_matches_sdpa():
+    """generate() with a KV cache: the prefill is causal + padding, each decode step one query row
+    against the padded cache (a padding-only mask): both run on the C kernel, split per sequence."""
+    models = tiny_llama_pair()
+    ids, padding = batch()
+    sy.attention.patch_stats(reset=True)
+    tokens = {name: m.eval().generate(ids, attention_mask=padding, max_new_tokens=6, do_sample=False,
+                                      pad_token_id=0)
+              for name, m in models.items()}
+    assert torch.equal(tokens["sympathy"], tokens["sdpa"])
+    stats = sy.attention.patch_stats()
+    assert stats.fallbacks == 0 and stats.paths["cpu+padding"] == 2 * 6, str(stats)
