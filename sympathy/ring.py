@@ -229,7 +229,7 @@ class RingBuffer:
                                  f"sympathy that made it")
             if status == SY_EINVAL:
                 raise ValueError(f"ring {name!r} is not a valid sympathy ring (bad magic, version, "
-                                 f"checksum or size): refusing to attach")
+                                 f"checksum, file size or a header field out of range): refusing to attach")
             if err == errno.ENOENT:
                 raise FileNotFoundError(err, f"no shared ring named {name!r}")
             if status == SY_EOS and err in (errno.EPERM, errno.EACCES):

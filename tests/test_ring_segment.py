@@ -89,6 +89,55 @@ def test_a_ring_larger_than_dev_shm_fails_at_creation_with_the_sizes():
     assert not os.path.exists(shm(name))  # nothing left behind
 
 
+def _can_mount_a_private_dev_shm() -> bool:
+    try:
+        return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                               "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True,
+                              timeout=CHILD_TIMEOUT).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _can_mount_a_private_dev_shm(), reason="needs unshare --mount (root) to mount a small /dev/shm")
+def test_on_a_64_mib_dev_shm_the_issues_ring_fails_at_creation_and_one_that_fits_never_sigbuses():
+    """The issue's own scenario, on Docker's default 64 MiB /dev/shm, mounted in a private mount
+    namespace (nobody else sees it): today's main creates the 64 MiB ring and dies of SIGBUS
+    writing its slots."""
+    script = textwrap.dedent("""
+        import errno, os
+        import numpy as np
+        import sympathy as sy
+        def fill(capacity):
+            rb = sy.RingBuffer(capacity, np.int64, name=f"sytest-small-shm-{capacity}")
+            c = rb.consumer()
+            for start in range(0, capacity, 1 << 16):  # every slot written once
+                rb.publish_batch(np.arange(start, start + (1 << 16), dtype=np.int64))
+                assert c.get_batch(1 << 16, timeout=5)[-1] == start + (1 << 16) - 1
+            return rb
+        try:
+            fill(1 << 22)  # 4 Mi int64 slots of 16 B: 64 MiB plus the header
+            print("created and filled")
+        except OSError as exc:
+            print("refused", errno.errorcode[exc.errno], exc)
+        kept = fill(1 << 20)  # 16 MiB: fits, and is reserved
+        with open("/dev/shm/filler", "wb") as f:
+            f.write(bytes(40 << 20))  # 40 + 16 of 64 MiB used: a 32 MiB ring no longer fits
+        try:
+            fill(1 << 21)
+            print("created and filled")
+        except OSError as exc:
+            print("refused", errno.errorcode[exc.errno], exc)
+        kept.close()
+    """)
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {sys.executable} -c '{script}'"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert done.returncode == 0, f"status {done.returncode} (-7: SIGBUS): {done.stderr}"
+    first, second = done.stdout.splitlines()
+    assert first.startswith("refused ENOSPC") and "64.0 MiB" in first and "free of 64.0 MiB" in first
+    assert second.startswith("refused ENOSPC") and "32.0 MiB" in second and "free of 64.0 MiB" in second
+
+
 def test_creation_reserves_the_whole_segment():
     name = unique_name()
     with sy.RingBuffer(1 << 16, np.int64, name=name):
