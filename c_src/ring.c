@@ -751,8 +751,9 @@ int sy_ring_attach(const char *name, sy_ring **out) {
      * before any of it is mapped (a short file would SIGBUS on the first access past its end). */
     else if (pread(fd, &id, sizeof id, 0) != (ssize_t)sizeof id) status = SY_EINVAL;
     else if ((status = validate_identity(&id)) == SY_OK && id.region_bytes != (int64_t)st.st_size) status = SY_EINVAL;
-    /* The shared lock that marks this process as a user of the segment (see create_segment). */
-    if (status == SY_OK && flock(fd, LOCK_SH) != 0) status = SY_EOS;
+    /* The shared lock that marks this process as a user of the segment (see create_segment). Only
+     * a reclaim holds it exclusively, and then the segment is stale and about to go: no such ring. */
+    if (status == SY_OK && flock(fd, LOCK_SH | LOCK_NB) != 0) status = fail_os(errno == EWOULDBLOCK ? ENOENT : errno);
     void *region = MAP_FAILED;
     if (status == SY_OK) {
         region = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -307,6 +307,21 @@ def test_create_reclaims_a_segment_whose_processes_all_died():
         sy.RingBuffer.cleanup(name)
 
 
+def test_attach_during_a_reclaim_finds_no_ring_rather_than_the_stale_one():
+    import fcntl
+    name = unique_name()
+    with sy.RingBuffer(16, np.int64, name=name) as rb:
+        rb.close(unlink=False)  # nobody maps it: stale
+        fd = os.open(shm(name), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a reclaim holds while it removes it
+            with pytest.raises(FileNotFoundError, match="no shared ring"):
+                sy.RingBuffer.attach(name)
+        finally:
+            os.close(fd)
+            sy.RingBuffer.cleanup(name)
+
+
 def test_create_reclaims_an_unfinished_creation_but_never_a_file_that_is_not_a_ring():
     name = unique_name()
     try:
