@@ -17,18 +17,13 @@ runs out. A closed stream (after `close_stream()` and once drained) or a dead pe
 """
 from __future__ import annotations
 
-import ast
-import atexit
 import contextlib
 import enum
 import errno
-import os
 import queue
-import re
 import struct
 import sys
 import threading
-import warnings
 import weakref
 from typing import Iterator, Sequence
 
@@ -42,6 +37,9 @@ except ImportError as exc:  # pragma: no cover - only without a build
     raise ImportError("sympathy._ring is not built: run `pip install .` or "
                       "`python sympathy/_build/ring_build.py`") from exc
 
+from . import ring_segment as segment  # noqa: E402  (after the build check above)
+from .ring_segment import SHM_DIR, segment_name as _segment_name  # noqa: E402
+
 __all__ = ["RingBuffer", "Consumer", "EventPoller", "PollState", "WAITS", "PRODUCERS"]
 
 # Bound once: a module-global lookup is cheaper than `lib.name` on the per-item paths.
@@ -54,10 +52,7 @@ WAITS = {"busy_spin": lib.SY_WAIT_BUSY_SPIN, "yield": lib.SY_WAIT_YIELD, "sleep"
          "blocking": lib.SY_WAIT_BLOCKING}
 PRODUCERS = {"single": lib.SY_RING_SINGLE_PRODUCER, "multi": lib.SY_RING_MULTI_PRODUCER}
 MAX_CONSUMERS = 64
-_NAME_MAX = lib.SY_RING_NAME_MAX - 1  # characters: the C limit counts the leading "/" too
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _MAX_CAPACITY = 1 << 40
-SHM_DIR = "/dev/shm"  # where glibc's shm_open keeps named segments
 
 
 def _timeout_ns(timeout: float | None) -> int:
@@ -68,15 +63,6 @@ def _timeout_ns(timeout: float | None) -> int:
     if timeout < 0:
         raise ValueError(f"timeout must be >= 0 (or None to wait forever); got {timeout}")
     return int(timeout * 1e9) if timeout < 1e9 else -1  # beyond ~31 years: forever (fits int64)
-
-
-def _segment_name(name: str) -> bytes:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"name must be 1..{_NAME_MAX} characters from [A-Za-z0-9_.-]; got {name!r}")
-    if len(name) > _NAME_MAX:
-        raise ValueError(f"name is {len(name)} characters; a ring name is at most {_NAME_MAX} "
-                         f"(SY_RING_NAME_MAX = {lib.SY_RING_NAME_MAX} bytes with the leading '/')")
-    return ("/" + name).encode()
 
 
 def _segment_version(name: str) -> str:
@@ -92,82 +78,6 @@ def _segment_version(name: str) -> str:
 def _describe(status: int, what: str) -> None:
     """check(), with the errno of a failed OS call attached."""
     check(status, what, os_errno=ffi.errno or None)
-
-
-def _bytes_text(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-# Named segments this process created and has not removed: nonce -> (name, creating pid). The
-# creator's segments go when its interpreter exits (normally, by an exception or by sys.exit); a
-# crash leaves them behind for the next create of that name to reclaim.
-_CREATED: dict[int, tuple[str, int]] = {}
-
-
-def _unlink_own(name: str, nonce: int, inode: tuple[int, int] | None) -> None:
-    """Remove the name only while it still holds the segment made with this nonce (a ring re-created
-    under the name since is someone else's). A segment whose header was scribbled on no longer shows
-    its nonce: it is ours if it is the file we still map (its inode cannot be reused meanwhile)."""
-    _CREATED.pop(nonce, None)
-    status = lib.sy_ring_unlink_own(_segment_name(name), nonce)
-    if status == 0 and inode is not None:
-        with contextlib.suppress(OSError):
-            st = os.stat(f"{SHM_DIR}/{name}")
-            if (st.st_dev, st.st_ino) == inode:
-                status = lib.sy_ring_unlink(_segment_name(name))
-    if status < 0:
-        _describe(status, f"removing ring {name!r}")
-
-
-@atexit.register
-def _remove_created_segments() -> None:
-    for nonce, (name, pid) in list(_CREATED.items()):
-        if pid == os.getpid():  # not in a fork()ed child that inherited the table
-            lib.sy_ring_unlink_own(_segment_name(name), nonce)
-    _CREATED.clear()
-
-
-def _create_named(config, name: str, out) -> None:
-    """sy_ring_create for a named ring: reclaim a stale segment of that name, explain a full /dev/shm."""
-    c_name = _segment_name(name)
-    status = lib.sy_ring_create(config, c_name, out)
-    err = ffi.errno
-    if status == SY_EOS and err == errno.EEXIST:
-        creator = ffi.new("int64_t *")
-        if lib.sy_ring_reclaim_stale(c_name, creator) == 1:
-            who = f"process {creator[0]}" if creator[0] else "a process that died while creating it"
-            warnings.warn(f"ring {name!r}: removed the stale segment left by {who} (no process maps it "
-                          f"any more)", RuntimeWarning, stacklevel=3)
-            status = lib.sy_ring_create(config, c_name, out)
-            err = ffi.errno
-    if status != SY_EOS:
-        return _describe(status, f"creating ring {name!r}")
-    if err == errno.EEXIST:
-        raise FileExistsError(err, f"ring {name!r} already exists and a live process maps it (or it is not "
-                                   f"a ring of this version); RingBuffer.cleanup({name!r}) removes it anyway")
-    if err == errno.ENOSPC:
-        fs = os.statvfs(SHM_DIR)
-        need = lib.sy_ring_region_bytes(config.capacity, config.slot_size)
-        raise OSError(err, f"creating ring {name!r}: {os.strerror(err)}: the ring needs {_bytes_text(need)} "
-                           f"({need} bytes for {config.capacity} slots), {SHM_DIR} has "
-                           f"{_bytes_text(fs.f_bavail * fs.f_frsize)} free of {_bytes_text(fs.f_blocks * fs.f_frsize)}"
-                           f"; use a smaller capacity, remove unused segments, or give {SHM_DIR} more room "
-                           f"(Docker: --shm-size)")
-    raise OSError(err, f"creating ring {name!r}: {os.strerror(err)}")
-
-
-def _foreign_segment(name: str, err: int) -> PermissionError:
-    try:
-        st = os.stat(f"{SHM_DIR}/{name}")
-        found = f"owned by uid {st.st_uid} with mode {st.st_mode & 0o777:04o}"
-    except OSError:
-        found = "not readable by this user"
-    return PermissionError(err, f"ring {name!r} is {found}: a ring is attached only when it is owned by this "
-                                f"user (euid {os.geteuid()}) with mode 0600, since another user could write "
-                                f"its items or shrink it under our mapping; refusing to attach")
 
 
 class RingBuffer:
@@ -193,19 +103,17 @@ class RingBuffer:
             raise ValueError(f"producer must be one of {sorted(PRODUCERS)}; got {producer!r}")
         if wait not in WAITS:
             raise ValueError(f"wait must be one of {sorted(WAITS)}; got {wait!r}")
-        item_type = ffi.new("char[]", _dtype_text(dtype))
+        item_type = ffi.new("char[]", segment.dtype_text(dtype))
         config = ffi.new("sy_ring_config *", {"capacity": capacity, "slot_size": size, "item_type": item_type,
                                               "producer_kind": PRODUCERS[producer], "wait": WAITS[wait]})
         out = ffi.new("sy_ring **")
         if name is None:
             _describe(lib.sy_ring_create(config, ffi.NULL, out), "creating a ring")
         else:
-            _create_named(config, name, out)
+            segment.create_named(config, name, out)
         self._setup(out[0], dtype, name, owner=True)
         if name is not None:
-            _CREATED[self._nonce] = (name, os.getpid())
-            st = os.stat(f"{SHM_DIR}/{name}")  # ours: created O_EXCL, and our lock stops a reclaim
-            self._inode = (st.st_dev, st.st_ino)
+            self._inode = segment.remember_created(name, self._nonce)
 
     @classmethod
     def attach(cls, name: str, dtype=None, *, item_size: int | None = None) -> "RingBuffer":
@@ -233,13 +141,14 @@ class RingBuffer:
             if err == errno.ENOENT:
                 raise FileNotFoundError(err, f"no shared ring named {name!r}")
             if status == SY_EOS and err in (errno.EPERM, errno.EACCES):
-                raise _foreign_segment(name, err)
+                raise segment.foreign_segment_error(name, err)
             _describe(status, f"attaching to ring {name!r}")
         ring = cls.__new__(cls)
         info = ffi.new("sy_ring_info *")
         lib.sy_ring_get_info(out[0], info)
         try:
-            dtype, size = _attach_layout(name, out[0], dtype, item_size, int(info.slot_size))
+            given = None if dtype is None and item_size is None else _item_layout(dtype, item_size)
+            dtype, size = segment.attach_layout(name, out[0], given, int(info.slot_size))
         except Exception:
             lib.sy_ring_free(out[0])
             raise
@@ -449,9 +358,9 @@ class RingBuffer:
             lib.sy_ring_producer_close(producer)
         self._slots = None
         if self.name is not None and (self._owner if unlink is None else unlink):
-            _unlink_own(self.name, self._nonce, self._inode)  # while mapped: the mapping pins the inode
+            segment.unlink_own(self.name, self._nonce, self._inode)  # while mapped: it pins the inode
         elif self._owner:
-            _CREATED.pop(self._nonce, None)  # close(unlink=False): the creator means it to stay
+            segment.forget_created(self._nonce)  # close(unlink=False): the creator means it to stay
         ffi.gc(self._handle, None)
         lib.sy_ring_free(self._handle)
 
@@ -839,57 +748,6 @@ def _item_layout(dtype, item_size) -> tuple[np.dtype | None, int]:
     if not 1 <= item_size <= 1 << 30:
         raise ValueError(f"item_size must be in [1, 2**30] bytes; got {item_size}")
     return None, int(item_size)
-
-
-def _dtype_text(dtype) -> bytes:
-    """What the segment stores for attach to read back: NumPy's own descr (the .npy format's), or
-    b"" for raw items."""
-    if dtype is None:
-        return b""
-    if dtype.subdtype is not None:  # ("<f4", (3,)): the descr of a subarray dtype is just "|V12"
-        base, shape = dtype.subdtype
-        text = repr((np.lib.format.dtype_to_descr(base), shape))
-    else:
-        text = repr(np.lib.format.dtype_to_descr(dtype))
-    limit = lib.SY_RING_ITEM_TYPE_MAX - 1
-    if len(text) > limit:
-        raise ValueError(f"dtype {dtype} takes {len(text)} characters to describe; a ring stores at most "
-                         f"{limit}: use fewer or shorter field names, or item_size={dtype.itemsize}")
-    return text.encode()
-
-
-def _stored_dtype(handle, name: str) -> np.dtype | None:
-    text = ffi.new("char[]", lib.SY_RING_ITEM_TYPE_MAX)
-    n = lib.sy_ring_item_type(handle, text, lib.SY_RING_ITEM_TYPE_MAX)
-    if n <= 0:
-        return None
-    try:
-        descr = ast.literal_eval(ffi.string(text).decode())  # literals only: nothing runs
-        if isinstance(descr, tuple):
-            return np.dtype((np.lib.format.descr_to_dtype(descr[0]), descr[1]))
-        return np.lib.format.descr_to_dtype(descr)
-    except (ValueError, TypeError, SyntaxError, IndexError, UnicodeDecodeError) as exc:
-        raise ValueError(f"ring {name!r} is not a valid sympathy ring: its item type cannot be read "
-                         f"({exc})") from None
-
-
-def _attach_layout(name: str, handle, dtype, item_size, slot_size: int) -> tuple[np.dtype | None, int]:
-    """The item layout attach uses: the ring's own dtype, checked against what the caller gave."""
-    stored = _stored_dtype(handle, name)
-    if stored is not None and stored.itemsize != slot_size:
-        raise ValueError(f"ring {name!r} is not a valid sympathy ring: its dtype {stored} is not its "
-                         f"{slot_size}-byte item size")
-    if dtype is None and item_size is None:
-        return (stored, slot_size) if stored is not None else _item_layout(None, slot_size)
-    given, size = _item_layout(dtype, item_size)
-    held = f"dtype {stored}" if stored is not None else f"raw items (item_size={slot_size})"
-    if size != slot_size:
-        raise ValueError(f"ring {name!r} holds {held}, {slot_size}-byte items; the dtype/item_size given "
-                         f"is {size} bytes")
-    if given is not None and given != stored:
-        raise ValueError(f"ring {name!r} holds {held}, not {given}: attach without dtype to read the "
-                         f"ring's own, or with item_size={slot_size} for raw bytes")
-    return given, size
 
 
 def _scalar_codec(dtype):
