@@ -680,7 +680,9 @@ static int fail_os(int error) {
 static int reserve_segment(int fd, int64_t bytes) {
     if (ftruncate(fd, (off_t)bytes) != 0) return SY_EOS;
     struct statvfs fs;
-    if (fstatvfs(fd, &fs) == 0 && (uint64_t)bytes > (uint64_t)fs.f_bavail * fs.f_frsize) return fail_os(ENOSPC);
+    /* f_blocks 0: a tmpfs mounted without a size limit reports no figures; fallocate alone decides */
+    if (fstatvfs(fd, &fs) == 0 && fs.f_blocks && (uint64_t)bytes > (uint64_t)fs.f_bavail * fs.f_frsize)
+        return fail_os(ENOSPC);
     int error = posix_fallocate(fd, 0, (off_t)bytes);
     return error ? fail_os(error) : SY_OK;
 }
