@@ -44,6 +44,6 @@ def check(status: int, what: str, *, os_errno: int | None = None) -> int:
     if status == SY_ECLOSED:
         raise ClosedError(f"{what}: closed, or the peer is gone")
     if status == SY_ECORRUPT:
-        raise RuntimeError(f"{what}: the ring's shared memory is corrupt (a sequence is out of its "
-                           f"possible range: something other than sympathy wrote into the segment)")
+        raise RuntimeError(f"{what}: shared memory is corrupt (a sequence or field out of its possible "
+                           f"range: something other than sympathy wrote into the segment)")
     raise RuntimeError(f"{what}: unexpected status {status}")
