@@ -37,6 +37,7 @@ enum sy_status {
     SY_EOS = -4,      /* an OS call failed: errno holds why */
     SY_EUNSUPPORTED = -5, /* this machine or build cannot do it */
     SY_ECLOSED = -6,  /* the other side is gone or the object was closed */
+    SY_ECORRUPT = -8, /* shared state breaks an invariant (scribbled on): refuse rather than misread */
 };
 
 /* Monotonic nanoseconds: CLOCK_MONOTONIC never jumps with NTP, so intervals are honest. */

@@ -22,7 +22,11 @@
 /* CDEF BEGIN */
 #define SY_RING_MAX_CONSUMERS 64
 #define SY_RING_MAX_PRODUCERS 64
-#define SY_RING_NAME_MAX 200
+
+enum sy_ring_limits {  /* an enum, not #defines, so that cffi hands them to Python */
+    SY_RING_NAME_MAX = 200,        /* bytes of a segment name, the leading '/' included */
+    SY_RING_ITEM_TYPE_MAX = 1920,  /* bytes of the stored item type, its terminating NUL included */
+};
 
 enum sy_ring_producer_kind {
     SY_RING_SINGLE_PRODUCER = 0,  /* one publishing thread: plain store of the cursor */
@@ -47,6 +51,8 @@ typedef struct sy_ring_config {
     int wait;              /* enum sy_ring_wait */
     int sequence_stride;   /* bytes between the hot sequences: 0 (= 128, the right choice), or 64 or 8
                               to measure false sharing on this very ring */
+    const char *item_type; /* stored in the segment for attach to read back (sympathy: the NumPy
+                              dtype's descr); NULL or "" for raw bytes; < SY_RING_ITEM_TYPE_MAX bytes */
 } sy_ring_config;
 
 typedef struct sy_ring_info {
@@ -76,12 +82,28 @@ typedef struct sy_ring_peer {
 } sy_ring_peer;
 
 /* ---- the ring (region) ---- */
+/* A named segment is created 0600 with its memory reserved (a full /dev/shm: SY_EOS, errno ENOSPC)
+ * and locked shared (flock) for as long as this process maps it. */
 int sy_ring_create(const sy_ring_config *config, const char *name, sy_ring **out);
+/* Refuses (SY_EOS, errno EPERM) a segment not owned by the effective uid or open to group/others;
+ * checks the header and the file size before mapping (SY_EINVAL: not a valid ring). */
 int sy_ring_attach(const char *name, sy_ring **out);
 /* Drops this handle; the region is unmapped once its producers and consumers are closed too.
  * A named segment stays until sy_ring_unlink. */
 void sy_ring_free(sy_ring *ring);
 int sy_ring_unlink(const char *name);                /* removes a named segment (stale or not) */
+/* Removes the name only while it still names the segment created with this nonce: 1 removed, 0 the
+ * name is gone or names another segment now (a ring re-created under it), < 0 an error. */
+int sy_ring_unlink_own(const char *name, uint64_t nonce);
+/* For a create that met an existing name: removes the segment if no process maps it any more (every
+ * mapper holds a shared flock through its mapping; the kernel drops it when the process dies) and it
+ * is ours (our uid, 0600, a ring of this version, or a creation that never finished). 1: the name is
+ * free now (*creator_pid: who made it, 0 if unknown); 0: in use or not ours to remove; < 0 error. */
+int sy_ring_reclaim_stale(const char *name, int64_t *creator_pid);
+uint64_t sy_ring_nonce(const sy_ring *ring);
+/* Copies the stored item type (NUL-terminated, "" for raw) into out; returns its length. */
+int sy_ring_item_type(const sy_ring *ring, char *out, int max_bytes);
+int64_t sy_ring_region_bytes(int64_t capacity, int64_t slot_size);  /* -1 for an invalid layout */
 /* Header checks used by attach: SY_EUNSUPPORTED for a ring of another format version. */
 int sy_ring_validate(const void *region, int64_t region_bytes);
 uint32_t sy_ring_format_version(void);              /* the version this build creates and attaches */

@@ -15,6 +15,7 @@ SY_ETIMEDOUT = -3
 SY_EOS = -4
 SY_EUNSUPPORTED = -5
 SY_ECLOSED = -6
+SY_ECORRUPT = -8
 
 
 class NotSupportedError(RuntimeError):
@@ -42,4 +43,7 @@ def check(status: int, what: str, *, os_errno: int | None = None) -> int:
         raise NotSupportedError(f"{what}: not supported on this machine")
     if status == SY_ECLOSED:
         raise ClosedError(f"{what}: closed, or the peer is gone")
+    if status == SY_ECORRUPT:
+        raise RuntimeError(f"{what}: shared memory is corrupt (a sequence or field out of its possible "
+                           f"range: something other than sympathy wrote into the segment)")
     raise RuntimeError(f"{what}: unexpected status {status}")

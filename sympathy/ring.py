@@ -8,7 +8,7 @@
     with c.view_batch(64) as view: ...                # zero-copy, valid only inside the block
 
     rb = sy.RingBuffer(1 << 16, dtype=np.int64, name="ticks")   # POSIX shared memory
-    sy.RingBuffer.attach("ticks", dtype=np.int64)                # in another process
+    sy.RingBuffer.attach("ticks")                                # in another process: dtype from the segment
 
 Timeouts follow the standard library's queue module: `timeout=None` waits as long as it takes,
 `timeout=0` tries once, `publish*` raise `queue.Full` and `get*` raise `queue.Empty` when the time
@@ -21,7 +21,6 @@ import contextlib
 import enum
 import errno
 import queue
-import re
 import struct
 import sys
 import threading
@@ -30,13 +29,16 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ._errors import SY_ECLOSED, SY_EINVAL, SY_ETIMEDOUT, SY_EUNSUPPORTED, ClosedError, check
+from ._errors import SY_ECLOSED, SY_EINVAL, SY_EOS, SY_ETIMEDOUT, SY_EUNSUPPORTED, ClosedError, check
 
 try:
     from ._ring import ffi, lib
 except ImportError as exc:  # pragma: no cover - only without a build
     raise ImportError("sympathy._ring is not built: run `pip install .` or "
                       "`python sympathy/_build/ring_build.py`") from exc
+
+from . import ring_segment as segment  # noqa: E402  (after the build check above)
+from .ring_segment import SHM_DIR, segment_name as _segment_name  # noqa: E402
 
 __all__ = ["RingBuffer", "Consumer", "EventPoller", "PollState", "WAITS", "PRODUCERS"]
 
@@ -50,7 +52,6 @@ WAITS = {"busy_spin": lib.SY_WAIT_BUSY_SPIN, "yield": lib.SY_WAIT_YIELD, "sleep"
          "blocking": lib.SY_WAIT_BLOCKING}
 PRODUCERS = {"single": lib.SY_RING_SINGLE_PRODUCER, "multi": lib.SY_RING_MULTI_PRODUCER}
 MAX_CONSUMERS = 64
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _MAX_CAPACITY = 1 << 40
 
 
@@ -64,16 +65,10 @@ def _timeout_ns(timeout: float | None) -> int:
     return int(timeout * 1e9) if timeout < 1e9 else -1  # beyond ~31 years: forever (fits int64)
 
 
-def _segment_name(name: str) -> bytes:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"name must be 1..200 characters from [A-Za-z0-9_.-]; got {name!r}")
-    return ("/" + name).encode()
-
-
 def _segment_version(name: str) -> str:
     """The format version word of a named segment (offset 8 in every version), for error messages."""
     try:
-        with open(f"/dev/shm/{name}", "rb") as f:
+        with open(f"{SHM_DIR}/{name}", "rb") as f:
             f.seek(8)
             return str(int.from_bytes(f.read(4), sys.byteorder))
     except OSError:
@@ -108,20 +103,26 @@ class RingBuffer:
             raise ValueError(f"producer must be one of {sorted(PRODUCERS)}; got {producer!r}")
         if wait not in WAITS:
             raise ValueError(f"wait must be one of {sorted(WAITS)}; got {wait!r}")
-        c_name = _segment_name(name) if name is not None else ffi.NULL
-        config = ffi.new("sy_ring_config *", {"capacity": capacity, "slot_size": size,
+        item_type = ffi.new("char[]", segment.dtype_text(dtype))
+        config = ffi.new("sy_ring_config *", {"capacity": capacity, "slot_size": size, "item_type": item_type,
                                               "producer_kind": PRODUCERS[producer], "wait": WAITS[wait]})
         out = ffi.new("sy_ring **")
-        _describe(lib.sy_ring_create(config, c_name, out),
-                  f"creating ring {name!r}" if name else "creating a ring")
+        if name is None:
+            _describe(lib.sy_ring_create(config, ffi.NULL, out), "creating a ring")
+        else:
+            segment.create_named(config, name, out)
         self._setup(out[0], dtype, name, owner=True)
+        if name is not None:
+            self._inode = segment.remember_created(name, self._nonce)
 
     @classmethod
     def attach(cls, name: str, dtype=None, *, item_size: int | None = None) -> "RingBuffer":
         """Map the named ring another process created; the header is validated before any use.
 
-        Give the dtype (or item_size) the creator used: its itemsize must match the ring's slot
-        size. Without either, items are raw bytes of the ring's slot size.
+        The ring must be owned by this user with mode 0600 (PermissionError otherwise). Without
+        dtype, the ring's own dtype is read from the segment (raw bytes for an item_size ring); a
+        dtype given must be that one (ValueError otherwise). item_size=N reads the items as raw
+        N-byte strings (N must be the ring's item size).
         """
         c_name = _segment_name(name)
         out = ffi.new("sy_ring **")
@@ -136,20 +137,18 @@ class RingBuffer:
                                  f"sympathy that made it")
             if status == SY_EINVAL:
                 raise ValueError(f"ring {name!r} is not a valid sympathy ring (bad magic, version, "
-                                 f"checksum or size): refusing to attach")
+                                 f"checksum, file size or a header field out of range): refusing to attach")
             if err == errno.ENOENT:
                 raise FileNotFoundError(err, f"no shared ring named {name!r}")
+            if status == SY_EOS and err in (errno.EPERM, errno.EACCES):
+                raise segment.foreign_segment_error(name, err)
             _describe(status, f"attaching to ring {name!r}")
         ring = cls.__new__(cls)
         info = ffi.new("sy_ring_info *")
         lib.sy_ring_get_info(out[0], info)
-        if dtype is None and item_size is None:
-            item_size = info.slot_size
         try:
-            dtype, size = _item_layout(dtype, item_size)
-            if size != info.slot_size:
-                raise ValueError(f"ring {name!r} holds {info.slot_size}-byte items; the dtype/item_size "
-                                 f"given is {size} bytes")
+            given = None if dtype is None and item_size is None else _item_layout(dtype, item_size)
+            dtype, size = segment.attach_layout(name, out[0], given, int(info.slot_size))
         except Exception:
             lib.sy_ring_free(out[0])
             raise
@@ -181,6 +180,8 @@ class RingBuffer:
         self.producer_kind = "multi" if info.producer_kind == lib.SY_RING_MULTI_PRODUCER else "single"
         self.wait = next(k for k, v in WAITS.items() if v == info.wait)
         self._owner = owner
+        self._nonce = int(lib.sy_ring_nonce(handle))
+        self._inode = None
         self._producer = None
         self._producer_lock = threading.Lock()
         self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
@@ -341,8 +342,10 @@ class RingBuffer:
         A consumer that others run after is detached rather than closed: it stays registered,
         frozen at its last release (see Consumer._close_or_detach).
 
-        unlink (named rings): remove the name too; by default only the creator does. Do not call
-        while another thread is inside publish/get on this ring.
+        unlink (named rings): remove the name too; by default only the creator does (and, if it
+        never calls close, at interpreter exit). Only the segment this ring mapped is removed: a
+        ring re-created under the name since is left alone. Do not call while another thread is
+        inside publish/get on this ring.
         """
         if self._closed:
             return
@@ -354,10 +357,12 @@ class RingBuffer:
             ffi.gc(producer, None)  # detach the finaliser: closed here, exactly once
             lib.sy_ring_producer_close(producer)
         self._slots = None
+        if self.name is not None and (self._owner if unlink is None else unlink):
+            segment.unlink_own(self.name, self._nonce, self._inode)  # while mapped: it pins the inode
+        elif self._owner:
+            segment.forget_created(self._nonce)  # close(unlink=False): the creator means it to stay
         ffi.gc(self._handle, None)
         lib.sy_ring_free(self._handle)
-        if self.name is not None and (self._owner if unlink is None else unlink):
-            lib.sy_ring_unlink(_segment_name(self.name))
 
     def __enter__(self) -> "RingBuffer":
         return self
@@ -384,12 +389,22 @@ class RingBuffer:
         _describe(status, what)
 
     def _encode(self, item):
-        if self._pack is not None and not isinstance(item, (bytes, bytearray, memoryview, np.ndarray)):
+        textual = isinstance(item, (bytes, bytearray, memoryview, str))
+        if textual and self.dtype is not None and self.dtype.kind not in "SUV":
+            # np.asarray(b"12345678", int64) would parse the digits: bytes are not this ring's items
+            raise TypeError(f"this ring holds {self.dtype} items; got {type(item).__name__} "
+                            f"(raw bytes go to a ring made with item_size=)")
+        if self._pack is not None and not isinstance(item, np.ndarray):
             try:
                 return self._pack(item)
             except struct.error as exc:
                 raise ValueError(f"item {item!r} does not fit dtype {self.dtype}: {exc}") from None
         if self.dtype is None:
+            # bytes(3) would be three zero bytes: a raw ring takes only what already is bytes
+            if (not textual or isinstance(item, str)) and not (
+                    isinstance(item, np.ndarray) and item.dtype == np.uint8 and item.ndim == 1):
+                raise TypeError(f"a raw ring (item_size={self.item_size}) takes bytes, bytearray, memoryview "
+                                f"or a 1-D uint8 array; got {type(item).__name__}")
             data = bytes(item) if not isinstance(item, (bytes, bytearray)) else item
             if len(data) > self.item_size:
                 raise ValueError(f"item is {len(data)} bytes; this ring's items are at most "
