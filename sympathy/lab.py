@@ -590,29 +590,46 @@ class LevelMatch:
         return self.ratio is not None and 1 / self.factor <= self.ratio <= self.factor
 
 
+# A new level at least doubles the latency (L1 -> L2 -> L3 -> DRAM: 3-5x each on current cores);
+# the smaller steps inside one level are TLB reach (4 KiB pages: 64 L1 dTLB entries cover 256 KiB).
+MIN_LEVEL_STEP = 2.0
+
+
 def match_cache_levels(sizes: Sequence[int], ns: Sequence[float], cache_sizes: dict[str, int], *,
                        rel_tol: float = 0.3, factor: float = 2.0) -> list[LevelMatch]:
-    """Read a latency curve the way a person does: count the steps.
+    """Read a latency curve the way a person does: find the big steps.
 
-    The k-th plateau (detect_plateaus) is the k-th cache level by size (cache_sizes: name → sysfs
-    bytes, e.g. {"L1": 49152, "L2": 2097152}); the plateau after the last level is DRAM; any
-    further steps (TLB reach, far memory) are not levels and are left out. A level's capacity is the
-    largest working set whose latency is still at most half-way up the next step on a log scale
-    (the geometric mean of the two plateaus); the last plateau's capacity is its last size.
+    The curve's plateaus (detect_plateaus) are cut into levels at its largest latency jumps of at
+    least MIN_LEVEL_STEP, one cut per sysfs level (cache_sizes: name → sysfs bytes, e.g.
+    {"L1": 49152, "L2": 2097152}); smaller steps (TLB reach) stay inside their level. The k-th
+    level is the k-th cache by size, the one after the last cache is DRAM; steps beyond DRAM's first
+    plateau (TLB reach, far memory) are not levels. A level's capacity is the largest working set
+    whose latency is still at most half-way up the next level's step on a log scale (the geometric
+    mean of the two latencies); the last level's capacity is its last size.
     """
     if factor < 1:
         raise ValueError(f"factor must be >= 1; got {factor}")
-    plateaus = detect_plateaus(sizes, ns, rel_tol=rel_tol)
+    groups = _level_groups(detect_plateaus(sizes, ns, rel_tol=rel_tol), len(cache_sizes) + 1)
+    # A cache level spans its sub-steps at the latency of its first plateau.
+    spans = [Plateau(g[0].first_bytes, g[-1].last_bytes, g[0].ns, sum(p.points for p in g)) for g in groups]
     levels = sorted(cache_sizes.items(), key=lambda kv: kv[1])
     matches = []
     for k, (level, size) in enumerate(levels):
-        plateau = plateaus[k] if k < len(plateaus) else None
-        following = plateaus[k + 1] if k + 1 < len(plateaus) else None
+        plateau = spans[k] if k < len(spans) else None
+        following = groups[k + 1][0] if k + 1 < len(groups) else None
         capacity = _step_capacity(sizes, ns, plateau, following) if plateau else None
         matches.append(LevelMatch(level, size, plateau, capacity, factor))
-    dram = plateaus[len(levels)] if len(plateaus) > len(levels) else None
+    dram = groups[len(levels)][0] if len(groups) > len(levels) else None
     matches.append(LevelMatch("DRAM", None, dram, None, factor))
     return matches
+
+
+def _level_groups(plateaus: list[Plateau], levels: int) -> list[list[Plateau]]:
+    """The plateaus cut at the (levels - 1) largest jumps of at least MIN_LEVEL_STEP, in order."""
+    jumps = [(plateaus[i + 1].ns / plateaus[i].ns, i + 1) for i in range(len(plateaus) - 1)
+             if plateaus[i].ns > 0 and plateaus[i + 1].ns / plateaus[i].ns >= MIN_LEVEL_STEP]
+    cuts = sorted(i for _, i in sorted(jumps, reverse=True)[:levels - 1])
+    return [plateaus[a:b] for a, b in zip([0, *cuts], [*cuts, len(plateaus)])] if plateaus else []
 
 
 def _step_capacity(sizes: Sequence[int], ns: Sequence[float], plateau: Plateau, following: Plateau | None) -> int:
