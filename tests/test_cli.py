@@ -192,3 +192,38 @@ def test_compare_of_a_run_that_does_not_exist_is_a_usage_error(tmp_path, capsys)
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "compare", "matmul~3", "matmul", "--out", str(tmp_path)])
     assert exit_.value.code == 2 and "no run of 'matmul'" in capsys.readouterr().err
+
+
+# ---- demos: what they promise, what they show -----------------------------------------------------
+def _demo(name):
+    import importlib
+
+    return importlib.import_module(f"sympathy.demos.{name}")
+
+
+def test_attention_gpu_demo_promises_the_ladder_it_runs():
+    demo = _demo("attention_gpu")
+    summary = demo.__doc__.splitlines()[0]
+    assert "climb to FlashAttention-2" not in summary and "Hopper" in summary and "cuDNN" in summary
+    assert demo.rungs_for(64, hopper=True) == ["naive", "tiled", "mma", "hopper"]      # ends at our best rung
+    assert demo.rungs_for(128, hopper=False) == ["naive", "tiled", "mma"]
+    assert demo.rungs_for(256, hopper=True) == ["naive", "hopper"]
+    times = {"torch SDPA flash (FA2)": 2.0, "torch SDPA cuDNN": 1.5, "hopper": 1.4, "mma": 1.9}
+    assert demo.strongest_anchor(times) == "torch SDPA cuDNN"                         # ours never counts
+    assert demo.strongest_anchor({"torch SDPA flash (FA2)": 2.0}) == "torch SDPA flash (FA2)"
+    assert demo.strongest_anchor({"mma": 1.0}) is None
+
+
+def test_attention_gpu_demo_without_torch_names_the_extra_whole(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    _demo("attention_gpu").main([])
+    assert '".[torch]"' in capsys.readouterr().out
+
+
+def test_attention_demo_without_torch_shows_no_torch_column():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from sympathy.cli import main; main(['demo', 'attention', '--no-plot'])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=package_parent())
+    assert proc.returncode == 0, proc.stderr
+    assert "no anchor, so no × torch column" in proc.stdout and "× torch" not in proc.stdout.split("column")[-1]
