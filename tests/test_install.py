@@ -143,3 +143,19 @@ def test_a_first_compile_says_so_before_nvcc_runs_and_a_cached_load_says_nothing
     assert "compiling the CUDA attention kernels for sm_80" in capfd.readouterr().err
     cuda.build("sm_80")
     assert "compiling" not in capfd.readouterr().err
+
+
+def test_fixed_choices_are_literal_types_and_arrays_are_typed():
+    import typing
+
+    import numpy.typing as npt
+
+    from sympathy import lab
+
+    hints = typing.get_type_hints(sympathy.matmul.matmul)
+    assert typing.get_args(hints["kernel"]) == sympathy.MATMUL_KERNELS and hints["a"] == npt.ArrayLike
+    assert typing.get_args(typing.get_type_hints(sympathy.matmul.matmul_python)["order"]) == ("ijk", "ikj")
+    for function, name, choices in ((lab.counter, "kind", lab.COUNTER_KINDS), (lab.visibility, "reader", lab.READERS),
+                                    (lab.latency_curve, "pattern", lab.PATTERNS),
+                                    (lab.false_sharing, "increment", lab.INCREMENTS)):
+        assert typing.get_args(typing.get_type_hints(function)[name]) == choices, function.__name__
