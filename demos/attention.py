@@ -85,13 +85,15 @@ def main(argv: list[str] | None = None) -> None:
         names = ["torch-sdpa", "sympathy-cpu", "numpy-naive"]
     except ImportError:
         names = ["sympathy-cpu", "numpy-naive"]
-        console.print("[dim]torch is not installed: no anchor[/dim]")
+        console.print("[dim]torch is not installed: no anchor, so no × torch column "
+                      "(pip install torch, or pip install \".\\[torch]\" in the checkout)[/dim]")
     from threadpoolctl import threadpool_limits
 
     flops = 4.0 * heads * n * n * d
     t = Table(title=f"B=1, H={heads}, N={n}, d={d}, float32, {args.threads} threads (machine may be shared)",
               title_justify="left")
-    for col in ("variant", "time", "GFLOP/s", "extra memory (measured)", "× torch"):
+    with_anchor = "torch-sdpa" in names          # the ratio column is against torch, or absent
+    for col in ("variant", "time", "GFLOP/s", "extra memory (measured)") + (("× torch",) if with_anchor else ()):
         t.add_column(col, justify="right")
     anchor = None
     ref = sy.attention.reference(q[:, :1], k[:, :1], v[:, :1])
@@ -103,9 +105,10 @@ def main(argv: list[str] | None = None) -> None:
             assert np.abs(got[:, :1] - ref).max() < 1e-4, name
             seconds = time_call(fn, repeat=3, warmup=1).median
             extra = measure_memory_in_child(name, shape, False, args.threads)
-            anchor = anchor or seconds
+            anchor = seconds if name == "torch-sdpa" else anchor
             t.add_row(name, f"{seconds * 1e3:.1f} ms", f"{flops / seconds / 1e9:.1f}",
-                      "n/a" if math.isnan(extra) else _mib(max(0.0, extra)), f"{anchor / seconds:.2f}×")
+                      "n/a" if math.isnan(extra) else _mib(max(0.0, extra)),
+                      *((f"{anchor / seconds:.2f}×",) if with_anchor else ()))
     console.print(t)
     console.print(f"The naive path's extra memory is the {n}×{n} float32 score matrix per head "
                   f"({_mib(n * n * 4)}); the kernel's is one block of Q and acc per thread.")

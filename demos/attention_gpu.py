@@ -1,44 +1,75 @@
-"""FlashAttention on the GPU: the naive, tiled and tensor-core kernels climb to torch's FlashAttention-2.
+"""FlashAttention on the GPU: our ladder from naive to the Hopper kernel, beside torch's FlashAttention-2 and cuDNN.
 
-Runs the ladder (cuda_src/attention_{naive,tiled,mma}.cu) on one bf16 problem beside torch SDPA's
-flash backend: time, TFLOP/s, extra memory and the error against a float64 reference. Without a
-CUDA GPU (or torch) it says what is missing and exits cleanly.
+Runs every rung of sympathy's ladder (cuda_src/attention_{naive,tiled,mma,hopper}.cu; hopper on
+sm_90 only) on one bf16 problem beside the anchors torch has on this GPU: SDPA's flash backend
+(FlashAttention-2) and cuDNN's fused attention (FlashAttention-3 class on Hopper). Each row: time,
+TFLOP/s, the ratio to the strongest anchor measured, extra memory and the error against a float64
+reference. Without a CUDA GPU (or torch) it says what is missing and exits cleanly.
 """
 from __future__ import annotations
 
 import argparse
 import math
 
+RUNGS = ("naive", "tiled", "mma", "hopper")          # the ladder, slowest first
+ANCHORS = {"torch SDPA flash (FA2)": "FLASH_ATTENTION", "torch SDPA cuDNN": "CUDNN_ATTENTION"}
+
+
+def rungs_for(d: int, hopper: bool) -> list[str]:
+    """The rungs that run at head dim d on this GPU (hopper: compute capability 9.0)."""
+    from sympathy.attention import cuda
+
+    supported = {"naive": True, "tiled": d in cuda.TILED_HEAD_DIMS, "mma": d in cuda.MMA_HEAD_DIMS,
+                 "hopper": hopper and d in cuda.HOPPER_HEAD_DIMS}
+    return [rung for rung in RUNGS if supported[rung]]
+
+
+def strongest_anchor(times_ms: dict[str, float]) -> str | None:
+    """The fastest anchor that ran: every rung is compared with it."""
+    measured = {name: ms for name, ms in times_ms.items() if name in ANCHORS}
+    return min(measured, key=measured.get) if measured else None
+
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="sympathy demo attention_gpu", description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=2048, help="sequence length")
-    parser.add_argument("--d", type=int, default=64, choices=(64, 128), help="head dim")
-    parser.add_argument("--causal", action="store_true")
+    parser = argparse.ArgumentParser(prog="sympathy demo attention_gpu", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
+    parser.add_argument("--n", type=int, default=2048, help="sequence length (default: 2048)")
+    parser.add_argument("--d", type=int, default=64, choices=(64, 128), help="head dim (default: 64)")
+    parser.add_argument("--causal", action="store_true", help="causal mask")
     args = parser.parse_args(argv)
 
     from rich.console import Console
-    from rich.table import Table
+    from rich.markup import escape
 
     console = Console()
     try:
         import torch
     except ImportError:
-        console.print("This demo needs torch with a CUDA GPU: torch is not installed (pip install sympathy[torch]).")
+        console.print(escape('This demo needs torch with a CUDA GPU: torch is not installed (pip install torch, '
+                             'or pip install ".[torch]" in the checkout).'))
         return
     if not torch.cuda.is_available():
         console.print("This demo needs a CUDA GPU, and torch sees none here. On a GPU machine it runs the "
-                      "naive -> tiled -> mma ladder beside torch's FlashAttention-2; docs/attention-gpu.md "
-                      "has the figures measured on an H100.")
+                      "naive -> tiled -> mma -> hopper ladder beside torch's FlashAttention-2 and cuDNN; "
+                      "docs/attention-gpu.md has the figures measured on an H100.")
         return
+    race(console, args, torch)
+
+
+def race(console, args: argparse.Namespace, torch) -> None:
+    """Every rung and every anchor on one problem, then one table against the strongest anchor."""
+    from rich.markup import escape
+    from rich.table import Table
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import sympathy as sy
-    from sympathy.bench.suites.attention_gpu import median_ms, peak_extra_mib, attention_flops
+    from sympathy.bench.suites.attention_gpu import attention_flops, median_ms, peak_extra_mib
 
     B, H, N, d = max(1, 16384 // args.n), 2048 // args.d, args.n, args.d
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    console.print(f"[bold]{torch.cuda.get_device_name()}[/]: B={B} H={H} N={N} d={d} bf16, "
-                  f"{'causal' if args.causal else 'not causal'} (first use compiles the kernels with nvcc)")
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    console.print(f"[bold]{escape(torch.cuda.get_device_name())}[/]: B={B} H={H} N={N} d={d} bf16, "
+                  f"{'causal' if args.causal else 'not causal'} (a first use compiles the kernels with nvcc)")
     # float64 reference on a slice of the heads: enough to judge the error, cheap to compute.
     qs, ks, vs = (t[:1, :2].double() for t in (q, k, v))
     scores = qs @ ks.transpose(-1, -2) / math.sqrt(d)
@@ -46,27 +77,37 @@ def main(argv: list[str] | None = None) -> None:
         scores = scores.masked_fill(torch.ones(N, N, dtype=torch.bool, device="cuda").triu(1), -math.inf)
     reference = torch.softmax(scores, -1) @ vs
 
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    variants = {rung: (lambda rung=rung: sy.attention.scaled_dot_product_attention(
+        q, k, v, is_causal=args.causal, kernel=rung)) for rung in rungs_for(d, hopper)}
+    for name, backend in ANCHORS.items():
+        def anchor(backend=getattr(SDPBackend, backend)):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+        variants[name] = anchor
 
-    def sdpa_flash():
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
-
-    ladder = {f"{name}": (lambda name=name: sy.attention.scaled_dot_product_attention(
-        q, k, v, is_causal=args.causal, kernel=name)) for name in ("naive", "tiled", "mma")}
-    ladder["torch SDPA flash (FA2)"] = sdpa_flash
-
-    table = Table(title="attention forward, one problem, every rung", title_justify="left")
-    for col in ("kernel", "time ms", "TFLOP/s", "extra memory MiB", "rel. error vs float64"):
-        table.add_column(col, justify="left" if col == "kernel" else "right")
     flops = attention_flops(B, H, N, d, args.causal)
-    for name, fn in ladder.items():
-        out = fn()
+    measured, skipped = {}, []
+    for name, fn in variants.items():
+        try:
+            out = fn()
+        except (RuntimeError, ValueError, sy.NotSupportedError) as exc:   # not on this GPU / torch build
+            skipped.append(f"{name}: {str(exc).splitlines()[0][:100]}")
+            continue
         err = ((out[:1, :2].double() - reference).abs().max() / reference.abs().max()).item()
-        ms = median_ms(fn)
-        table.add_row(name, f"{ms:.3f}", f"{flops / ms / 1e9:.1f}", f"{peak_extra_mib(fn):.0f}", f"{err:.1e}")
+        measured[name] = (median_ms(fn), peak_extra_mib(fn), err)
+    best = strongest_anchor({name: m[0] for name, m in measured.items()})
+
+    table = Table(title="attention forward, one problem: our ladder, then torch's anchors", title_justify="left")
+    for col in ("kernel", "time ms", "TFLOP/s", f"× {best or 'anchor'}", "extra memory MiB", "rel. error vs float64"):
+        table.add_column(col, justify="left" if col == "kernel" else "right")
+    for name, (ms, extra, err) in measured.items():
+        ratio = f"{measured[best][0] / ms:.2f}×" if best else ""
+        table.add_row(name + (" (strongest anchor)" if name == best else ""), f"{ms:.3f}",
+                      f"{flops / ms / 1e9:.1f}", ratio, f"{extra:.0f}", f"{err:.1e}")
     console.print(table)
-    console.print("naive writes S and P (N x N floats per head) to HBM; tiled and mma keep them on chip, "
+    for line in skipped:
+        console.print(f"[dim]skipped {escape(line)}[/dim]")
+    console.print("naive writes S and P (N x N floats per head) to HBM; the other rungs keep them on chip, "
                   "so their extra memory is the output and the log-sum-exp only.")
 
 

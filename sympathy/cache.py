@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -51,6 +51,16 @@ class CacheReport:
     i1_misses: int
     d1: CacheGeometry
     ll: CacheGeometry
+    # callgrind's own totals: Ir Dr Dw (references), I1mr D1mr D1mw (L1 misses), ILmr DLmr DLmw (LL)
+    events: dict = field(default_factory=dict, compare=False)
+
+    def as_dict(self) -> dict[str, int]:
+        """Reads and misses by cache, named for a JSON record (pytest-benchmark's extra_info)."""
+        e = self.events
+        return {"I1_reads": e.get("Ir", self.i_refs), "I1_misses": self.i1_misses, "LLi_misses": e.get("ILmr", 0),
+                "D1_reads": e.get("Dr", 0), "D1_writes": e.get("Dw", 0), "D1_read_misses": e.get("D1mr", 0),
+                "D1_write_misses": e.get("D1mw", 0), "D1_misses": self.d1_misses,
+                "LL_read_misses": e.get("DLmr", 0), "LL_write_misses": e.get("DLmw", 0), "LL_misses": self.ll_misses}
 
     @property
     def d1_miss_rate(self) -> float:
@@ -84,15 +94,54 @@ def simulated_geometry() -> tuple[CacheGeometry, CacheGeometry]:
     return d1, ll
 
 
+# The child under valgrind: the caller's sys.path (the same sympathy, the caller's own modules), then
+# the region. Instrumentation starts at sy_cache_region_begin, so imports and setup cost nothing.
 _CHILD = """\
 import sys
-sys.path.insert(0, {root!r})
-{setup}
-from sympathy._cache import lib as _cachelib
-_cachelib.sy_cache_region_begin()
-{call}
-_cachelib.sy_cache_region_end()
+sys.path[:0] = {paths!r}
+from sympathy._cache import lib
+from sympathy.cache import _child_main
+_child_main(lib, {job!r}, {error_path!r})
 """
+
+
+def _child_main(lib, job: dict, error_path: str) -> None:
+    """Runs in the child: the job's setup, then its call between region begin and end. An exception
+    is pickled to error_path for the parent to raise (valgrind's summary would bury the traceback)."""
+    import pickle
+    import traceback
+
+    try:
+        if "payload" in job:
+            with open(job["payload"], "rb") as f:
+                fn, args, kwargs = pickle.load(f)
+            lib.sy_cache_region_begin()
+            try:
+                fn(*args, **kwargs)
+            finally:
+                lib.sy_cache_region_end()
+        else:
+            namespace = {"__name__": "__sympathy_cachegrind__"}
+            exec(compile(job["setup"], "<setup>", "exec"), namespace)
+            call = compile(job["call"], "<call>", "exec")
+            lib.sy_cache_region_begin()
+            try:
+                exec(call, namespace)
+            finally:
+                lib.sy_cache_region_end()
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller, SystemExit too
+        text = traceback.format_exc()
+        try:
+            blob = pickle.dumps((exc, text))
+        except Exception:
+            blob = pickle.dumps((None, text))
+        with open(error_path, "wb") as f:
+            f.write(blob)
+        sys.exit(1)
+
+
+class ChildTraceback(Exception):
+    """The traceback of an exception raised by the code measured under valgrind (its child process)."""
 
 
 def cachegrind(call: str, setup: str = "", *, functions: Sequence[str] | None = None,
@@ -102,21 +151,55 @@ def cachegrind(call: str, setup: str = "", *, functions: Sequence[str] | None = 
 
     functions: C symbol patterns (callgrind --toggle-collect, `*` allowed, e.g. "sy_matmul*"): only
     costs inside them count. Without it the whole region between begin and end counts, including the
-    few thousand instructions of Python glue around the call.
+    few thousand instructions of Python glue around the call. An exception raised by setup or call
+    is raised here, with the child's traceback as its cause.
     """
+    if not isinstance(call, str) or not call.strip():
+        raise ValueError("call must be Python source that runs the region to measure, e.g. \"sy.matmul(a, b)\"")
+    if not isinstance(setup, str):
+        raise TypeError(f"setup must be Python source (a str); got {type(setup).__name__}")
+    return _run({"setup": textwrap.dedent(setup), "call": textwrap.dedent(call)}, functions, d1, ll, timeout)
+
+
+def cachegrind_function(fn: Callable[..., object], args: Sequence = (), kwargs: dict | None = None, *,
+                        functions: Sequence[str] | None = None, d1: CacheGeometry | None = None,
+                        ll: CacheGeometry | None = None, timeout: float = 900.0) -> CacheReport:
+    """Simulated cache counts of fn(*args, **kwargs), run in a child under valgrind.
+
+    fn and its arguments travel by pickle: fn must be importable by name (a module-level function,
+    not a lambda or a nested function); arrays are copied into the child before the region starts.
+    """
+    import pickle
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable; got {type(fn).__name__}")
+    try:
+        blob = pickle.dumps((fn, tuple(args), dict(kwargs or {})))
+    except Exception as exc:
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)!r} cannot be sent to the valgrind child: it must "
+                        f"be a module-level function and its arguments picklable ({exc})") from None
+    with tempfile.NamedTemporaryFile(prefix="sympathy-cg-", suffix=".pickle", delete=False) as f:
+        f.write(blob)
+    try:
+        return _run({"payload": f.name}, functions, d1, ll, timeout)
+    finally:
+        os.unlink(f.name)
+
+
+def _run(job: dict, functions, d1, ll, timeout: float) -> CacheReport:
+    import pickle
+
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise NotSupportedError("sy.cachegrind needs valgrind on PATH (Debian/Ubuntu: apt-get install valgrind)")
-    if not isinstance(call, str) or not call.strip():
-        raise ValueError("call must be Python source that runs the region to measure, e.g. \"sy.matmul(a, b)\"")
     default_d1, default_ll = simulated_geometry()
     d1, ll = d1 or default_d1, ll or default_ll
     from .config import package_parent
 
-    root = str(package_parent())
-    script = _CHILD.format(root=root, setup=textwrap.dedent(setup), call=textwrap.dedent(call))
     with tempfile.TemporaryDirectory(prefix="sympathy-cg-") as tmp:
-        out = Path(tmp) / "callgrind.out"
+        out, error_path = Path(tmp) / "callgrind.out", Path(tmp) / "error.pickle"
+        paths = [str(package_parent())] + [p for p in sys.path if p]
+        script = _CHILD.format(paths=paths, job=job, error_path=str(error_path))
         cmd = [valgrind, "--tool=callgrind", "--cache-sim=yes", "--instr-atstart=no",
                f"--D1={d1.valgrind_arg()}", f"--LL={ll.valgrind_arg()}",
                f"--callgrind-out-file={out}", "--dump-instr=no", "--compress-strings=no"]
@@ -128,6 +211,12 @@ def cachegrind(call: str, setup: str = "", *, functions: Sequence[str] | None = 
         # adds start-up time. The kernel's own threads are whatever the call asks for.
         env = os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        if error_path.exists() and error_path.stat().st_size:
+            exc, text = pickle.loads(error_path.read_bytes())
+            cause = ChildTraceback("in the child under valgrind:\n" + text)
+            if isinstance(exc, BaseException):
+                raise exc from cause
+            raise RuntimeError("the code measured under valgrind failed") from cause
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
             raise RuntimeError(f"valgrind run failed (exit {proc.returncode}):\n{tail}")
@@ -140,7 +229,7 @@ def cachegrind(call: str, setup: str = "", *, functions: Sequence[str] | None = 
         d1_misses=totals.get("D1mr", 0) + totals.get("D1mw", 0),
         ll_misses=totals.get("DLmr", 0) + totals.get("DLmw", 0),
         i1_misses=totals.get("I1mr", 0),
-        d1=d1, ll=ll,
+        d1=d1, ll=ll, events=totals,
     )
 
 

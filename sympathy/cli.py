@@ -8,6 +8,32 @@ import sys
 from pathlib import Path
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's default in its help, written as it is typed (`512 2048`, not `[512, 2048]`)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default in (None, False, argparse.SUPPRESS) or "default" in text.lower()
+                or isinstance(action, (argparse._StoreTrueAction, argparse._VersionAction, argparse._HelpAction))):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})".strip()
+
+
+def parser_options(**extra) -> dict:
+    """Keyword arguments of every parser here: our help formatter, and no silent abbreviations
+    (`--kernel` must not quietly mean `--kernels-something`)."""
+    return {"formatter_class": HelpFormatter, "allow_abbrev": False, **extra}
+
+
+def _say(console, text: str, style: str = "") -> None:
+    """Print text that may hold brackets (`pip install ".[torch]"`) without rich reading them as markup."""
+    from rich.markup import escape
+
+    console.print(f"[{style}]{escape(text)}[/{style}]" if style else escape(text))
+
+
 def _console():
     """Rich output; piped to a file or a log, tables keep a readable width instead of 80 columns."""
     import shutil
@@ -96,7 +122,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     names = list(demos) if args.name in (None, "all") else [args.name.replace("-", "_")]
     for name in names:
         if name not in demos:
-            console.print(f"[red]no demo named {args.name!r}[/red]; choose from: {', '.join(demos)}, or all")
+            _say(console, f"no demo named {args.name!r}; choose from: {', '.join(demos)}, or all", "red")
             return 2
     for name in names:
         console.rule(f"[bold]sympathy demo {name}")
@@ -107,20 +133,44 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # ---- bench ----------------------------------------------------------------------------------------
 def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import runs
     from .bench.core import run_suite
 
     suite = args.suite_obj
     console = _console()
+    try:
+        suite.check_arguments(args)
+    except ValueError as exc:          # a size this machine cannot hold ...: a usage error, before any work
+        args.leaf_parser.error(str(exc))
     results = run_suite(suite, args, quiet=args.quiet)
     console.print(results.table())
     for note in results.notes:
-        console.print(f"[dim]• {note}[/dim]")
-    out = Path(args.out)
-    path = results.write_json(out / f"{suite.name}.json")
-    console.print(f"JSON: {path}")
+        _say(console, f"• {note}", "dim")
+    run_dir = runs.new_run_dir(Path(args.out), suite.name, results.started)
+    path = results.write_json(run_dir / f"{suite.name}.json")
+    _say(console, f"JSON: {path}")
     if args.plot:
-        for png in suite.plot(results, out):
-            console.print(f"plot: {png}")
+        for png in suite.plot(results, run_dir):
+            _say(console, f"plot: {png}")
+    runs.mark_latest(run_dir)
+    _say(console, f"this run: {run_dir} (also {run_dir.parent / runs.LATEST}); "
+                  f"`sympathy bench compare {suite.name}~1 {suite.name}` compares it with the previous one")
+    return 0
+
+
+def cmd_bench_compare(args: argparse.Namespace) -> int:
+    from .bench import runs
+
+    console = _console()
+    out = Path(args.out)
+    try:
+        paths = [runs.resolve(ref, out) for ref in (args.a, args.b)]
+        a, b = (runs.load(p) for p in paths)
+    except (FileNotFoundError, ValueError) as exc:
+        args.leaf_parser.error(str(exc))
+    console.print(runs.compare_table(a, b, str(paths[0]), str(paths[1])))
+    for note in runs.differences(a, b):
+        _say(console, f"• {note}", "dim")
     return 0
 
 
@@ -128,15 +178,26 @@ def _add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     from .bench.core import available_suites
 
     bench = sub.add_parser("bench", help="run a benchmark suite: a table, JSON and (--plot) charts",
-                           description="Race every variant of a subject against its anchor in one run.")
+                           description="Race every variant of a subject against its anchor in one run. Each "
+                                       "run is kept in OUT/SUITE/<UTC time>/, with OUT/SUITE/latest "
+                                       "pointing at the newest.", **parser_options())
     suites = bench.add_subparsers(dest="suite", metavar="SUITE", required=True)
     for name, suite in available_suites().items():
-        p = suites.add_parser(name, help=suite.title, description=suite.title)
-        p.add_argument("--out", default="bench-results", help="folder for the JSON and PNG files")
+        p = suites.add_parser(name, help=suite.title, description=suite.title, **parser_options())
+        p.add_argument("--out", default="bench-results", help="folder for the run folders (JSON and PNG)")
         p.add_argument("--plot", action="store_true", help="also write PNG charts")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         suite.add_arguments(p)
-        p.set_defaults(func=cmd_bench, suite_obj=suite)
+        p.set_defaults(func=cmd_bench, suite_obj=suite, leaf_parser=p)
+    compare = suites.add_parser(
+        "compare", help="two runs side by side", **parser_options(
+            description="Two runs side by side, rows matched by group and variant. A run is a run folder, "
+                        "its JSON file, a suite name (its latest run) or NAME~K (K runs before the latest): "
+                        "`sympathy bench compare matmul~1 matmul`."))
+    compare.add_argument("a", metavar="A", help="the run to compare against")
+    compare.add_argument("b", metavar="B", help="the run compared")
+    compare.add_argument("--out", default="bench-results", help="folder holding the run folders")
+    compare.set_defaults(func=cmd_bench_compare, leaf_parser=compare)
 
 
 # ---- cachegrind -----------------------------------------------------------------------------------
@@ -145,13 +206,15 @@ def _add_cachegrind_parsers(sub: argparse._SubParsersAction) -> None:
 
     cg = sub.add_parser("cachegrind", help="cache misses of a kernel under valgrind's cache simulator",
                         description="Run kernels under valgrind (callgrind --cache-sim=yes) and report "
-                                    "I refs, D refs, D1 and LL misses of the kernel region only.")
+                                    "I refs, D refs, D1 and LL misses of the kernel region only.",
+                        **parser_options())
     subjects = cg.add_subparsers(dest="subject", metavar="SUBJECT", required=True)
     for name, module_name in CACHEGRIND_SUBJECTS.items():
         module = importlib.import_module(module_name)
-        p = subjects.add_parser(name, help=module.cachegrind_help)
+        p = subjects.add_parser(name, help=module.cachegrind_help, description=module.cachegrind_help,
+                                **parser_options())
         module.cachegrind_arguments(p)
-        p.set_defaults(func=cmd_cachegrind, cachegrind_module=module)
+        p.set_defaults(func=cmd_cachegrind, cachegrind_module=module, leaf_parser=p)
 
 
 def cmd_cachegrind(args: argparse.Namespace) -> int:
@@ -169,16 +232,10 @@ def cmd_cachegrind(args: argparse.Namespace) -> int:
 
 # ---- build-cuda -----------------------------------------------------------------------------------
 def cmd_build_cuda(args: argparse.Namespace) -> int:
-    from ._errors import NotSupportedError
     from .attention import cuda
 
-    try:
-        paths = cuda.build_all(archs=args.arch, force=args.force)
-    except NotSupportedError as exc:   # no nvcc, no GPU, no torch: one line, not a traceback
-        _console().print(f"sympathy build-cuda: {exc}")
-        return 1
-    for path in paths:
-        _console().print(f"built {path}")
+    for path in cuda.build_all(archs=args.arch, force=args.force):   # no nvcc, GPU or torch: see main()
+        _say(_console(), f"built {path}")
     return 0
 
 
@@ -190,44 +247,53 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sympathy",
         description="Mechanical sympathy, measured: matmul loop order, a Disruptor ring buffer, "
-                    "the cache-line lab and FlashAttention.")
+                    "the cache-line lab and FlashAttention.", **parser_options())
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"sympathy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    info = sub.add_parser("info", help="this machine: cores, caches, line size, SIMD, GPU")
+    info = sub.add_parser("info", help="this machine: cores, caches, line size, SIMD, GPU", **parser_options())
     info.add_argument("--no-gpu", action="store_true", help="do not import torch to look for a GPU")
-    info.set_defaults(func=cmd_info)
+    info.set_defaults(func=cmd_info, leaf_parser=info)
 
-    demo = sub.add_parser("demo", help="run the tour, or one demo by name (--list shows them)")
+    demo = sub.add_parser("demo", help="run the tour, or one demo by name (--list shows them)", **parser_options())
     demo.add_argument("name", nargs="?", help="demo name, or all (the default: the whole tour)")
     demo.add_argument("--list", action="store_true", help="list the demos and what each shows")
     demo.add_argument("demo_args", nargs=argparse.REMAINDER, help="passed to the demo")
-    demo.set_defaults(func=cmd_demo)
+    demo.set_defaults(func=cmd_demo, leaf_parser=demo)
 
     if command == "bench":
         _add_bench_parsers(sub)
     else:
         sub.add_parser("bench", help="run a benchmark suite: a table, JSON and (--plot) charts "
-                                     "(`sympathy bench --help` lists the suites)")
+                                     "(`sympathy bench --help` lists the suites)", **parser_options())
     if command == "cachegrind":
         _add_cachegrind_parsers(sub)
     else:
         sub.add_parser("cachegrind", help="cache misses of a kernel under valgrind's cache simulator "
-                                          "(`sympathy cachegrind --help` lists the subjects)")
+                                          "(`sympathy cachegrind --help` lists the subjects)", **parser_options())
 
-    build = sub.add_parser("build-cuda", help="compile the CUDA kernels ahead of time (needs nvcc)")
+    build = sub.add_parser("build-cuda", help="compile the CUDA kernels ahead of time (needs nvcc)",
+                           **parser_options())
     build.add_argument("--arch", nargs="+", default=None, help="e.g. sm_80 sm_90a (default: this GPU's)")
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
-    build.set_defaults(func=cmd_build_cuda)
+    build.set_defaults(func=cmd_build_cuda, leaf_parser=build)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(argv).parse_args(argv)
+    from ._errors import NotSupportedError
+
+    parser = build_parser(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:   # the usage of the command they were typed after, not the top-level one
+        getattr(args, "leaf_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args) or 0
+    except NotSupportedError as exc:   # no valgrind, nvcc, GPU or torch: one line, not a traceback
+        _say(_console(), f"sympathy {args.command}: {exc}")
+        return 1
     except KeyboardInterrupt:
         return 130
 

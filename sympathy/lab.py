@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator, Literal, Sequence, get_args
 
 import numpy as np
 
@@ -99,7 +99,8 @@ def _c_cpus(cpus: list[int] | None):
 # words bounce one line between their cores. Knob: `spacing` (8 B: same line; 64 B: adjacent lines,
 # which Intel's spatial prefetcher still pairs; 128 B: independent).
 # =================================================================================================
-INCREMENTS = ("store", "rmw")
+Increment = Literal["store", "rmw"]
+INCREMENTS: tuple[Increment, ...] = get_args(Increment)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class FalseSharingResult:
 
 
 def false_sharing(threads: int = 2, padded: bool = False, *, spacing: int | None = None,
-                  increment: str = "rmw", iterations: int = 20_000_000,
+                  increment: Increment = "rmw", iterations: int = 20_000_000,
                   pin: bool | Sequence[int] = True) -> FalseSharingResult:
     """Each of `threads` C threads increments its own counter `iterations` times.
 
@@ -173,7 +174,7 @@ def _valid_increment(increment: object) -> str:
 
 
 def false_sharing_sweep(threads: int = 2, spacings: Sequence[int] = (8, LINE, DESTRUCTIVE),
-                        pins: Sequence[bool] = (True, False), increments: Sequence[str] = INCREMENTS,
+                        pins: Sequence[bool] = (True, False), increments: Sequence[Increment] = INCREMENTS,
                         iterations: int = 20_000_000, repeat: int = 5,
                         min_concurrency: float = 0.9) -> list[tuple[FalseSharingResult, float]]:
     """(best result, slowdown vs the widest spacing with the same increment and pinning) per case.
@@ -211,7 +212,8 @@ def false_sharing_sweep(threads: int = 2, spacings: Sequence[int] = (8, LINE, DE
 # is a load and a store through memory; a lock-prefixed RMW or a StoreLoad fence drains the store
 # buffer (~20 cycles); a store-release is a plain store on x86 (TSO). Knob: `kind`.
 # =================================================================================================
-COUNTER_KINDS = ("register", "volatile", "atomic_relaxed", "atomic_seq_cst", "store_release", "store_seq_cst")
+CounterKind = Literal["register", "volatile", "atomic_relaxed", "atomic_seq_cst", "store_release", "store_seq_cst"]
+COUNTER_KINDS: tuple[CounterKind, ...] = get_args(CounterKind)
 _COUNTER_ALIASES = {"atomic": "atomic_seq_cst"}   # DESIGN.md's short name: C11's default order
 
 
@@ -227,7 +229,7 @@ class CounterResult:
         return self.seconds * 1e9 / self.iterations
 
 
-def counter(kind: str = "register", iterations: int = 50_000_000, *, pin: bool = True) -> CounterResult:
+def counter(kind: CounterKind = "register", iterations: int = 50_000_000, *, pin: bool = True) -> CounterResult:
     """Increment one counter `iterations` times the way `kind` says (see COUNTER_KINDS), on the
     calling thread (pinned to one CPU for the call unless pin=False)."""
     name = _COUNTER_ALIASES.get(kind, kind)
@@ -243,7 +245,8 @@ def counter(kind: str = "register", iterations: int = 50_000_000, *, pin: bool =
 
 
 # ---- visibility: the hoisted load ---------------------------------------------------------------
-READERS = ("plain", "acquire")
+Reader = Literal["plain", "acquire"]
+READERS: tuple[Reader, ...] = get_args(Reader)
 
 
 @dataclass(frozen=True)
@@ -274,7 +277,7 @@ print(status, out[0], flush=True)
 """
 
 
-def visibility(reader: str = "acquire", *, timeout: float = 1.0, delay: float = 0.05) -> VisibilityResult:
+def visibility(reader: Reader = "acquire", *, timeout: float = 1.0, delay: float = 0.05) -> VisibilityResult:
     """Does a reader spinning on a flag see another thread's store to it?
 
     A writer thread sleeps `delay` seconds and sets the flag; the reader spins. The "plain" reader
@@ -334,7 +337,7 @@ class Disassembly:
     spins_in_place: bool      # a jmp whose target is itself: the load was hoisted out of the loop
 
 
-def spin_loop_disassembly(reader: str = "plain") -> Disassembly:
+def spin_loop_disassembly(reader: Reader = "plain") -> Disassembly:
     """The machine code of the reader's spin loop, as it was compiled into sympathy._lab (objdump).
 
     No compiler is needed at run time: this disassembles the very function that `visibility` ran.
@@ -375,7 +378,8 @@ def _jumps_to_itself(line: str) -> bool:
 # and misses wherever the working set no longer fits. Knob: the working-set size; pattern
 # "sequential" shows the prefetcher hiding the same latency.
 # =================================================================================================
-PATTERNS = ("random", "sequential")
+Pattern = Literal["random", "sequential"]
+PATTERNS: tuple[Pattern, ...] = get_args(Pattern)
 MIN_WORKING_SET = 4 * KiB
 MAX_WORKING_SET = 16 * GiB
 
@@ -445,7 +449,7 @@ class Chase:
         return self.buffer.nbytes // self.node_bytes
 
 
-def build_chase(nbytes: int, pattern: str = "random", node_bytes: int = LINE, seed: int = 1, *,
+def build_chase(nbytes: int, pattern: Pattern = "random", node_bytes: int = LINE, seed: int = 1, *,
                 huge_pages: bool = True) -> Chase:
     """nbytes // node_bytes nodes linked into one cycle (the first 8 bytes of each node hold the
     next node's address). huge_pages=False keeps 4 KiB pages: TLB misses join the curve."""
@@ -493,7 +497,7 @@ def chase(chase_: Chase, loads: int) -> tuple[float, int]:
     return elapsed[0] / loads, int(end[0])
 
 
-def latency_curve(sizes: Sequence[int] | None = None, *, pattern: str = "random", max_bytes: int = 256 * MiB,
+def latency_curve(sizes: Sequence[int] | None = None, *, pattern: Pattern = "random", max_bytes: int = 256 * MiB,
                   loads: int = 1 << 20, repeat: int = 5, node_bytes: int = LINE, seed: int = 1,
                   huge_pages: bool = True, pin: bool = True, progress=None) -> LatencyCurve:
     """ns per dependent load at each working-set size (bytes; default: default_sizes(max_bytes)).
@@ -590,29 +594,46 @@ class LevelMatch:
         return self.ratio is not None and 1 / self.factor <= self.ratio <= self.factor
 
 
+# A new level at least doubles the latency (L1 -> L2 -> L3 -> DRAM: 3-5x each on current cores);
+# the smaller steps inside one level are TLB reach (4 KiB pages: 64 L1 dTLB entries cover 256 KiB).
+MIN_LEVEL_STEP = 2.0
+
+
 def match_cache_levels(sizes: Sequence[int], ns: Sequence[float], cache_sizes: dict[str, int], *,
                        rel_tol: float = 0.3, factor: float = 2.0) -> list[LevelMatch]:
-    """Read a latency curve the way a person does: count the steps.
+    """Read a latency curve the way a person does: find the big steps.
 
-    The k-th plateau (detect_plateaus) is the k-th cache level by size (cache_sizes: name → sysfs
-    bytes, e.g. {"L1": 49152, "L2": 2097152}); the plateau after the last level is DRAM; any
-    further steps (TLB reach, far memory) are not levels and are left out. A level's capacity is the
-    largest working set whose latency is still at most half-way up the next step on a log scale
-    (the geometric mean of the two plateaus); the last plateau's capacity is its last size.
+    The curve's plateaus (detect_plateaus) are cut into levels at its largest latency jumps of at
+    least MIN_LEVEL_STEP, one cut per sysfs level (cache_sizes: name → sysfs bytes, e.g.
+    {"L1": 49152, "L2": 2097152}); smaller steps (TLB reach) stay inside their level. The k-th
+    level is the k-th cache by size, the one after the last cache is DRAM; steps beyond DRAM's first
+    plateau (TLB reach, far memory) are not levels. A level's capacity is the largest working set
+    whose latency is still at most half-way up the next level's step on a log scale (the geometric
+    mean of the two latencies); the last level's capacity is its last size.
     """
     if factor < 1:
         raise ValueError(f"factor must be >= 1; got {factor}")
-    plateaus = detect_plateaus(sizes, ns, rel_tol=rel_tol)
+    groups = _level_groups(detect_plateaus(sizes, ns, rel_tol=rel_tol), len(cache_sizes) + 1)
+    # A cache level spans its sub-steps at the latency of its first plateau.
+    spans = [Plateau(g[0].first_bytes, g[-1].last_bytes, g[0].ns, sum(p.points for p in g)) for g in groups]
     levels = sorted(cache_sizes.items(), key=lambda kv: kv[1])
     matches = []
     for k, (level, size) in enumerate(levels):
-        plateau = plateaus[k] if k < len(plateaus) else None
-        following = plateaus[k + 1] if k + 1 < len(plateaus) else None
+        plateau = spans[k] if k < len(spans) else None
+        following = groups[k + 1][0] if k + 1 < len(groups) else None
         capacity = _step_capacity(sizes, ns, plateau, following) if plateau else None
         matches.append(LevelMatch(level, size, plateau, capacity, factor))
-    dram = plateaus[len(levels)] if len(plateaus) > len(levels) else None
+    dram = groups[len(levels)][0] if len(groups) > len(levels) else None
     matches.append(LevelMatch("DRAM", None, dram, None, factor))
     return matches
+
+
+def _level_groups(plateaus: list[Plateau], levels: int) -> list[list[Plateau]]:
+    """The plateaus cut at the (levels - 1) largest jumps of at least MIN_LEVEL_STEP, in order."""
+    jumps = [(plateaus[i + 1].ns / plateaus[i].ns, i + 1) for i in range(len(plateaus) - 1)
+             if plateaus[i].ns > 0 and plateaus[i + 1].ns / plateaus[i].ns >= MIN_LEVEL_STEP]
+    cuts = sorted(i for _, i in sorted(jumps, reverse=True)[:levels - 1])
+    return [plateaus[a:b] for a, b in zip([0, *cuts], [*cuts, len(plateaus)])] if plateaus else []
 
 
 def _step_capacity(sizes: Sequence[int], ns: Sequence[float], plateau: Plateau, following: Plateau | None) -> int:
@@ -640,7 +661,8 @@ def sysfs_cache_sizes() -> dict[str, int]:
 # cache, so every byte comes from DRAM. Bytes are counted the STREAM way (reads + writes of the
 # named arrays; the write-allocate read of the destination is not counted). Knob: threads.
 # =================================================================================================
-STREAM_KERNELS = ("copy", "scale", "add", "triad")
+StreamKernel = Literal["copy", "scale", "add", "triad"]
+STREAM_KERNELS: tuple[StreamKernel, ...] = get_args(StreamKernel)
 STREAM_BYTES_PER_ELEMENT = {"copy": 16, "scale": 16, "add": 24, "triad": 24}
 STREAM_SCALAR = 3.0
 STREAM_MAX_REPEAT = 100

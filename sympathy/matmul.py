@@ -17,18 +17,22 @@ from __future__ import annotations
 import argparse
 import functools
 import threading
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
+import numpy.typing as npt
 
 from ._errors import check
 
-MATMUL_KERNELS = ("ijk", "ikj", "jik", "jki", "kij", "kji", "tiled", "simd", "packed")
-ISAS = ("auto", "scalar", "avx2", "avx512")
+Kernel = Literal["ijk", "ikj", "jik", "jki", "kij", "kji", "tiled", "simd", "packed"]
+Isa = Literal["auto", "scalar", "avx2", "avx512"]
+PythonOrder = Literal["ijk", "ikj"]
+MATMUL_KERNELS: tuple[Kernel, ...] = get_args(Kernel)   # the rungs, in the order the article climbs
+ISAS: tuple[Isa, ...] = get_args(Isa)
 BLOCKING_KEYS = ("mc", "kc", "nc", "tile")
 MAX_THREADS = 256     # SY_MAX_THREADS in c_src/matmul.c
 MAX_BLOCK = 1 << 16   # SY_BLOCK_MAX in c_src/matmul.c
-_PYTHON_ORDERS = ("ijk", "ikj")
+_PYTHON_ORDERS: tuple[PythonOrder, ...] = get_args(PythonOrder)
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,8 +120,8 @@ def _as_operand(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def matmul(a: Any, b: Any, kernel: str = "packed", threads: int | None = None, *,
-           isa: str | None = None, blocking: dict | None = None) -> np.ndarray:
+def matmul(a: npt.ArrayLike, b: npt.ArrayLike, kernel: Kernel = "packed", threads: int | None = None, *,
+           isa: Isa | None = None, blocking: dict[str, int] | None = None) -> np.ndarray:
     """a @ b with one rung of the ladder: float32 or float64, any (m, k) @ (k, n), any strides.
 
     kernel: one of MATMUL_KERNELS. threads: packed only (None means 1). isa ("auto", "scalar",
@@ -149,8 +153,8 @@ def matmul(a: Any, b: Any, kernel: str = "packed", threads: int | None = None, *
     return out
 
 
-def plan(dtype: Any = np.float64, kernel: str = "packed", threads: int | None = None, *,
-         isa: str | None = None, blocking: dict | None = None) -> dict[str, int | str]:
+def plan(dtype: npt.DTypeLike = np.float64, kernel: Kernel = "packed", threads: int | None = None, *,
+         isa: Isa | None = None, blocking: dict[str, int] | None = None) -> dict[str, int | str]:
     """The blocking matmul would use: micro-tile MR×NR, blocks MC/KC/NC, tile edge, instruction set."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
@@ -179,7 +183,8 @@ def _as_rows(x: Any, name: str) -> list[list[float]]:
     return rows
 
 
-def matmul_python(a: Any, b: Any, order: str = "ijk", progress: bool = True) -> list[list[float]]:
+def matmul_python(a: npt.ArrayLike, b: npt.ArrayLike, order: PythonOrder = "ijk",
+                  progress: bool = True) -> list[list[float]]:
     """The article's triple loop on lists of lists (arrays are converted): C = A·B as lists.
 
     order "ijk" walks B down a column in the inner loop; "ikj" walks a row of B and a row of C.
@@ -215,18 +220,15 @@ cachegrind_help = "simulated D1/LL cache misses of matmul kernels (valgrind), th
 
 
 def cachegrind_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kernel", nargs="+", choices=MATMUL_KERNELS, default=["ijk", "ikj"],
-                        help="kernels to measure (default: ijk ikj)")
-    parser.add_argument("--n", type=positive_int, default=256, help="square matrix size (default 256)")
-    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    from .bench.core import positive_int
+
+    # --kernels, as in `sympathy bench matmul`; --kernel, the spelling the article's table used.
+    parser.add_argument("--kernels", "--kernel", dest="kernels", nargs="+", choices=MATMUL_KERNELS,
+                        metavar="KERNEL", default=["ijk", "ikj"],
+                        help=f"kernels to measure, from: {' '.join(MATMUL_KERNELS)}")
+    parser.add_argument("--n", type=positive_int, default=256, help="square matrix size")
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64", help="element type")
     parser.add_argument("--threads", type=positive_int, default=1, help="threads for kernel packed")
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1; got {value}")
-    return value
 
 
 def cachegrind_setup(n: int, dtype: str = "float64", m: int | None = None, k: int | None = None) -> str:
@@ -242,7 +244,7 @@ def cachegrind_cases(args: argparse.Namespace) -> list[tuple[str, dict]]:
     """(label, keyword arguments of sy.cachegrind) for each kernel asked for."""
     setup = cachegrind_setup(args.n, args.dtype)
     cases = []
-    for kernel in args.kernel:
+    for kernel in args.kernels:
         threads = args.threads if kernel == "packed" else 1
         label = f"{kernel} n={args.n} {args.dtype}" + (f" {threads} threads" if threads > 1 else "")
         cases.append((label, dict(setup=setup, call=f"sy.matmul(a, b, kernel={kernel!r}, threads={threads})",

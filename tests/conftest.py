@@ -27,3 +27,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# The plugin's fixture for this suite's own tests, whether or not sympathy is installed (an in-place
+# build registers no entry point); an installed plugin's fixture is the same function.
+from sympathy.pytest_plugin import cache_misses  # noqa: E402, F401

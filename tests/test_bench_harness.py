@@ -86,3 +86,50 @@ def test_every_shipped_suite_is_discoverable():
     suites = available_suites()
     for name, suite in suites.items():
         assert suite.name == name and suite.title
+
+
+def test_table_hides_columns_no_row_fills_and_the_ratio_without_an_anchor():
+    class Sparse(ToySuite):
+        columns = ("time_s", "D1_misses")
+
+        def run(self, args, results):
+            results.add("g", "a", time_s=1.0)
+
+    table = run_suite(Sparse(), argparse.Namespace(), quiet=True).table()
+    assert [c.header for c in table.columns] == ["group", "variant", "time_s"]
+
+
+def test_run_folders_get_a_suffix_within_one_second_and_latest_moves(tmp_path):
+    import datetime as dt
+
+    from sympathy.bench import runs
+
+    when = dt.datetime(2026, 11, 24, 11, 20, 5, tzinfo=dt.timezone.utc)
+    first, second = runs.new_run_dir(tmp_path, "toy", when), runs.new_run_dir(tmp_path, "toy", when)
+    assert (first.name, second.name) == ("2026-11-24T11-20-05Z", "2026-11-24T11-20-05Z-2")
+    runs.mark_latest(first)
+    runs.mark_latest(second)
+    assert (tmp_path / "toy" / "latest").resolve() == second.resolve()
+    assert runs.runs_of(tmp_path, "toy") == [first, second]
+
+
+def test_compare_rows_say_which_run_is_better_whichever_way_the_metric_points(tmp_path):
+    from sympathy.bench import runs
+
+    a = run_suite(LowerIsBetter(), argparse.Namespace(), quiet=True).as_json()
+    b = json.loads(json.dumps(a))
+    b["rows"][1]["metrics"]["time_s"] = 0.5                      # "twice as fast" got twice faster again
+    b["rows"].append({"group": "g", "variant": "new", "metrics": {"time_s": 3.0}, "anchor": False, "ratio": None})
+    rows = {r["variant"]: r for r in runs.compare_rows(a, b)}
+    assert rows["twice as fast"]["change"] == pytest.approx(2.0) and rows["anchor"]["change"] == pytest.approx(1.0)
+    assert rows["new"]["a"] is None and rows["new"]["change"] is None
+    b["versions"]["numpy"] = "0.0"
+    assert any(note.startswith("numpy:") for note in runs.differences(a, b))
+
+
+def test_resolve_refuses_a_file_that_is_not_a_bench_json(tmp_path):
+    from sympathy.bench import runs
+
+    (tmp_path / "other.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a sympathy bench JSON"):
+        runs.load(runs.resolve(str(tmp_path / "other.json"), tmp_path))

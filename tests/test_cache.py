@@ -69,3 +69,13 @@ def test_counters_either_count_or_say_why_not():
 def test_counters_reject_unknown_events():
     with pytest.raises(ValueError, match="events"):
         sy.counters(lambda: None, events=("bogus",))
+
+
+@pytest.mark.valgrind
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_an_exception_in_the_call_is_raised_with_the_childs_traceback():
+    with pytest.raises(ZeroDivisionError) as info:
+        sy.cachegrind("x = 1/0")
+    assert "ZeroDivisionError" in str(info.value.__cause__) and "<call>" in str(info.value.__cause__)
+    with pytest.raises(NameError, match="undefined_name"):
+        sy.cachegrind("x = 1", setup="undefined_name")

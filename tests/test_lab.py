@@ -483,3 +483,15 @@ def test_measurements_pin_the_caller_and_restore_its_affinity(monkeypatch):
     lab.counter("register", 1000, pin=False)
     assert [pin for pin, _ in seen] == [True, True, True, False]
     assert os.sched_getaffinity(0) == before
+
+
+def test_tlb_steps_inside_a_level_do_not_shift_the_levels():
+    """The newcomer's curve: 384-512 KiB and 768 KiB steps inside L2 (4 KiB pages outgrowing the TLB)
+    were read as L3 and as "DRAM at 13 ns" while the table showed 170 ns from 8 MiB on."""
+    sizes = lab.default_sizes(64 * MiB)
+    levels = [(48 * KiB, 1.7), (256 * KiB, 5.4), (512 * KiB, 8.0), (1536 * KiB, 13.0), (6 * MiB, 40.0), (64 * MiB, 170.0)]
+    ns = [next(latency for top, latency in levels if s <= top) for s in sizes]
+    l1, l2, l3, dram = lab.match_cache_levels(sizes, ns, {"L1": 48 * KiB, "L2": 2 * MiB, "L3": 32 * MiB})
+    assert (l1.plateau.ns, l2.plateau.ns, l3.plateau.ns, dram.plateau.ns) == (1.7, 5.4, 40.0, 170.0)
+    assert l2.plateau.last_bytes == 1536 * KiB and l2.agrees
+    assert dram.plateau.first_bytes == 8 * MiB

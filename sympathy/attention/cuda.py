@@ -26,6 +26,7 @@ import math
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -138,6 +139,9 @@ def build(arch: str, force: bool = False) -> Path:
     if target.is_file() and not force:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    # Said before the wait, not after it: the first call would otherwise sit silent for ~30 s.
+    print(f"sympathy: compiling the CUDA attention kernels for {arch} with nvcc (about 30 s, once per "
+          "version; `sympathy build-cuda` does it ahead of time)", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         objects = compile_objects([arch], Path(tmp))
         partial = Path(tmp) / target.name

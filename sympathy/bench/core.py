@@ -49,6 +49,11 @@ class Suite:
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Suite-specific command-line options (sizes, threads ...)."""
 
+    def check_arguments(self, args: argparse.Namespace) -> None:
+        """Refuse, before any work, arguments this machine cannot run (ValueError: `sympathy bench`
+        prints it as a usage error). run() raises NotSupportedError when the machine lacks what the
+        whole suite needs (a GPU, torch): one line, exit status 1, no JSON."""
+
     def run(self, args: argparse.Namespace, results: "Results") -> None:
         raise NotImplementedError
 
@@ -118,16 +123,19 @@ class Results:
         t = Table(title=self.suite.title or self.suite.name, title_justify="left")
         t.add_column("group")
         t.add_column("variant")
-        names = self.metric_names()
+        # Only columns some row fills (no D1_misses without --cachegrind, no ratio without an anchor).
+        names = [n for n in self.metric_names() if any(n in r.metrics for r in self.rows)]
+        with_ratio = any(r.ratio is not None for r in self.rows)
         for n in names:
             t.add_column(n, justify="right")
-        t.add_column(self.suite.ratio_label, justify="right")
+        if with_ratio:
+            t.add_column(self.suite.ratio_label, justify="right")
         last_group = None
         for r in self.rows:
             label = r.variant + (" (anchor)" if r.anchor else "")
             ratio = "" if r.ratio is None else f"{r.ratio:.2f}×"
             t.add_row(r.group if r.group != last_group else "", label,
-                      *[format_figure(r.metrics.get(n)) for n in names], ratio,
+                      *[format_figure(r.metrics.get(n)) for n in names], *([ratio] if with_ratio else []),
                       end_section=False)
             last_group = r.group
         return t
@@ -153,6 +161,27 @@ class Results:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.as_json(), indent=2, default=str))
         return path
+
+
+# ---- shared by the suites' command lines ---------------------------------------------------------------
+CAUSAL_CHOICES = {"no": (False,), "yes": (True,), "both": (False, True)}
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1, or a usage error that says so."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1; got {value}")
+    return value
+
+
+def causal_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    """--causal {no,yes,both}, the same in every attention suite; a bare --causal means yes."""
+    parser.add_argument("--causal", nargs="?", const="yes", choices=tuple(CAUSAL_CHOICES), default=default,
+                        help="causal mask: no, yes (a bare --causal) or both; causal halves the FLOPs")
 
 
 def format_figure(value: float | None) -> str:

@@ -153,16 +153,19 @@ class AttentionCpuSuite(Suite):
     ratio_label = "× torch"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--sizes", type=int, nargs="+", default=None,
-                            help=f"sequence lengths N (default {' '.join(map(str, QUICK_SIZES))}; "
+        from ..core import causal_argument, positive_int
+
+        parser.add_argument("--sizes", type=positive_int, nargs="+", default=None,
+                            help=f"sequence lengths N (default: {' '.join(map(str, QUICK_SIZES))}; "
                                  f"--full: {' '.join(map(str, FULL_SIZES))})")
         parser.add_argument("--full", action="store_true", help="N from 512 to 16384")
-        parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-        parser.add_argument("--threads", type=int, default=2)
-        parser.add_argument("--batch", type=int, default=1)
-        parser.add_argument("--heads", type=int, default=4)
-        parser.add_argument("--causal", action="store_true", help="causal attention (FLOPs halved)")
-        parser.add_argument("--repeat", type=int, default=3)
+        parser.add_argument("--head-dims", type=positive_int, nargs="+", default=[64, 128], help="head dims d")
+        parser.add_argument("--threads", type=positive_int, default=2,
+                            help="threads of every variant (torch, the C kernel, NumPy's BLAS), pinned")
+        parser.add_argument("--batch", type=positive_int, default=1, help="batch size B")
+        parser.add_argument("--heads", type=positive_int, default=4, help="heads H")
+        causal_argument(parser, default="no")
+        parser.add_argument("--repeat", type=positive_int, default=3, help="timed samples per figure (median)")
         parser.add_argument("--no-naive", action="store_true", help="skip the NumPy naive path")
 
     def run(self, args: argparse.Namespace, results: Results) -> None:
@@ -182,22 +185,24 @@ class AttentionCpuSuite(Suite):
         cpus = usable[:args.threads]
         if len(cpus) < args.threads:
             results.note(f"{args.threads} threads asked for, {len(cpus)} CPUs usable: threads share cores")
+        from ..core import CAUSAL_CHOICES
+
         rng = np.random.default_rng(0)
-        cases = [(d, n) for d in args.head_dims for n in sizes]
+        cases = [(d, n, causal) for d in args.head_dims for n in sizes for causal in CAUSAL_CHOICES[args.causal]]
         with pinned(cpus), threadpool_limits(args.threads):
-            for d, n in results.progress(cases, desc="attention-cpu"):
+            for d, n, causal in results.progress(cases, desc="attention-cpu"):
                 shape = (args.batch, args.heads, n, d)
                 q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
                 out = np.empty(shape, dtype=np.float32)
                 # The FLOP count FlashAttention reports: QKᵀ and PV, 2·N²·d each per head; causal halves it.
-                flops = 4.0 * args.batch * args.heads * n * n * d / (2 if args.causal else 1)
-                group = f"d={d} N={n}" + (" causal" if args.causal else "")
-                params = {"d": d, "n": n, "causal": args.causal, "threads": args.threads}
+                flops = 4.0 * args.batch * args.heads * n * n * d / (2 if causal else 1)
+                group = f"d={d} N={n}" + (" causal" if causal else "")
+                params = {"d": d, "n": n, "causal": causal, "threads": args.threads}
                 names = (["torch-sdpa"] if torch is not None else []) + ["sympathy-cpu"] + \
                         ([] if args.no_naive else ["numpy-naive"])
                 reference = None
                 for name in names:
-                    fn, _ = _variant(name, q, k, v, out, args.causal, args.threads)
+                    fn, _ = _variant(name, q, k, v, out, causal, args.threads)
                     result = fn()
                     result = result.numpy() if hasattr(result, "numpy") else np.array(result)
                     # verified outside the timing: every variant must agree with the first
@@ -207,7 +212,7 @@ class AttentionCpuSuite(Suite):
                         results.note(f"{group}: {name} disagrees with {names[0]} "
                                      f"(max diff {np.abs(result - reference).max():.3g})")
                     timing = time_call(fn, repeat=args.repeat, warmup=0)
-                    extra = measure_memory_in_child(name, shape, args.causal, args.threads)
+                    extra = measure_memory_in_child(name, shape, causal, args.threads)
                     results.add(group, name, anchor=name == "torch-sdpa", params=params, time_s=timing.median,
                                 **{"GFLOP/s": flops / timing.median / 1e9,
                                    "extra_MiB": max(0.0, extra) / 2**20, "spread": timing.spread})
@@ -225,7 +230,7 @@ class AttentionCpuSuite(Suite):
             for r in results.rows:
                 if r.params["d"] != d:
                     continue
-                xs, ys = series.setdefault(r.variant, ([], []))
+                xs, ys = series.setdefault(r.variant + (", causal" if r.params["causal"] else ""), ([], []))
                 xs.append(r.params["n"])
                 ys.append(r.metrics["GFLOP/s"])
             paths.append(plots.lines(series, outdir / f"{self.name}-d{d}.png",

@@ -16,7 +16,7 @@ memory: torch.cuda.max_memory_allocated during one call minus the memory held be
 exist before; the output is part of the figure). Each variant's output is checked against
 sdpa-flash's outside the timing (max relative error, `err`). Variants whose N x N buffers would not
 fit (naive, sdpa-math) or that would take minutes (tiled at large N) are skipped with a note.
-Without a CUDA GPU the suite says so and records nothing.
+Without torch or a CUDA GPU the suite says so in one line, exits with status 1 and writes no JSON.
 
 Forward + backward (groups "... fwd+bwd", unless --no-backward): sdpa-flash (anchor), sdpa-cudnn,
 sympathy's `mma` forward with the mma.sync backward cuda_src/attention_mma_bwd.cu (`mma-det`: its
@@ -85,29 +85,36 @@ class AttentionGpuSuite(Suite):
     ratio_label = "× sdpa-flash"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--sizes", type=int, nargs="+", default=None,
-                            help=f"sequence lengths (default {QUICK_SIZES}; --full: {FULL_SIZES})")
+        from ..core import causal_argument, positive_int
+
+        parser.add_argument("--sizes", type=positive_int, nargs="+", default=None,
+                            help=f"sequence lengths (default: {' '.join(map(str, QUICK_SIZES))}; "
+                                 f"--full: {' '.join(map(str, FULL_SIZES))})")
         parser.add_argument("--full", action="store_true", help="every size from 512 to 16384")
-        parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-        parser.add_argument("--tokens", type=int, default=16384, help="B*N, tokens per batch")
-        parser.add_argument("--width", type=int, default=2048, help="H*d, the model width")
-        parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+        parser.add_argument("--head-dims", type=positive_int, nargs="+", default=[64, 128], help="head dims d")
+        parser.add_argument("--tokens", type=positive_int, default=16384, help="B*N, tokens per batch")
+        parser.add_argument("--width", type=positive_int, default=2048, help="H*d, the model width")
+        causal_argument(parser, default="both")
         parser.add_argument("--variants", nargs="+", default=None,
-                            help=f"subset of {tuple('sdpa-' + b for b in SDPA_BACKENDS) + OURS}")
+                            help=f"a subset of: {' '.join(tuple('sdpa-' + b for b in SDPA_BACKENDS) + OURS)} "
+                                 "(default: all)")
         parser.add_argument("--max-nn-gib", type=float, default=20.0,
-                            help="skip naive / sdpa-math when their N x N buffers exceed this")
-        parser.add_argument("--max-tiled-n", type=int, default=4096, help="skip the fp32 tiled kernel above this N")
+                            help="skip naive / sdpa-math when their N x N buffers exceed this many GiB")
+        parser.add_argument("--max-tiled-n", type=positive_int, default=4096,
+                            help="skip the fp32 tiled kernel above this N")
         parser.add_argument("--no-backward", action="store_true", help="forward only (no fwd+bwd groups)")
 
     def run(self, args: argparse.Namespace, results: Results) -> None:
+        from ..._errors import NotSupportedError
+
         try:
             import torch
         except ImportError:
-            results.note("torch is not installed: nothing measured (pip install sympathy[torch])")
-            return
+            raise NotSupportedError('needs torch with CUDA, and torch is not installed (pip install torch, '
+                                    'or pip install ".[torch]" in the checkout): nothing measured') from None
         if not torch.cuda.is_available():
-            results.note("no CUDA GPU visible to torch: nothing measured")
-            return
+            raise NotSupportedError("needs a CUDA GPU, and torch sees none here: nothing measured "
+                                    "(docs/attention-gpu.md has the figures measured on an H100)")
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         from ...attention import cuda
@@ -116,7 +123,9 @@ class AttentionGpuSuite(Suite):
                     "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
         variants = args.variants or [f"sdpa-{b}" for b in SDPA_BACKENDS] + list(OURS)
         sizes = args.sizes or (FULL_SIZES if args.full else QUICK_SIZES)
-        causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+        from ..core import CAUSAL_CHOICES
+
+        causals = CAUSAL_CHOICES[args.causal]
         results.note(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
         work = [(d, n, c) for d in args.head_dims for n in sizes for c in causals]
         skipped = set()

@@ -30,17 +30,18 @@ class LabSuite(Suite):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from ...lab import parse_size
+        from ..core import positive_int
 
-        parser.add_argument("--only", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS),
-                            help="run only these experiments")
-        parser.add_argument("--threads", type=int, default=2, help="false-sharing threads (default 2)")
-        parser.add_argument("--iterations", type=int, default=20_000_000,
-                            help="increments per thread / per counter kind (default 2e7)")
-        parser.add_argument("--repeat", type=int, default=3, help="best of this many runs (default 3)")
+        parser.add_argument("--only", nargs="+", choices=EXPERIMENTS, metavar="EXPERIMENT",
+                            default=list(EXPERIMENTS), help=f"run only these experiments (default: all), from: {' '.join(EXPERIMENTS)}")
+        parser.add_argument("--threads", type=positive_int, default=2, help="false-sharing threads")
+        parser.add_argument("--iterations", type=positive_int, default=20_000_000,
+                            help="increments per thread / per counter kind")
+        parser.add_argument("--repeat", type=positive_int, default=3, help="best of this many runs")
         parser.add_argument("--max-size", type=parse_size, default=parse_size("1GiB"),
-                            help="largest pointer-chase working set (default 1GiB: past the L3 that "
-                                 "sysfs reports, 260 MiB on this VM, so DRAM shows whatever the VM's "
-                                 "real share of the L3 is)")
+                            help="largest pointer-chase working set (default 1GiB: past the L3 of most "
+                                 "machines; a VM may see DRAM latency well below the L3 size sysfs reports, "
+                                 "when the host gives it only a share of the L3)")
         parser.add_argument("--array-size", type=parse_size, default=None,
                             help="STREAM bytes per array (default: 4x the last-level cache, "
                                  "capped by available memory)")

@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..core import Results, Suite
+from ..core import Results, Suite, positive_int
 from ..timing import Timing
 
 # The rungs that make every group slow at large n (ijk at n=2048 takes about a minute).
@@ -32,6 +32,9 @@ NAIVE = ("ijk", "ikj", "jik", "jki", "kij", "kji", "tiled")
 # 2-3 GHz) after each call before they sleep. A kernel timed right after NumPy would share its
 # cores with them: with 2 threads on 2 cores, ours measured no faster than with one.
 BLAS_SPIN_S = 0.3
+# n x n matrices a group holds at once: a, b, NumPy's reference product, and the two products of the
+# variant being timed and of the one timed before it (freed only when the next result replaces it).
+MATRICES_PER_GROUP = 5
 
 
 def _matmul_module():
@@ -99,20 +102,34 @@ class MatmulSuite(Suite):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         mm = _matmul_module()
-        positive = mm.positive_int  # argparse type: an int >= 1, or a usage error naming the bound
-        parser.add_argument("--n", type=positive, nargs="+", default=[512, 2048],
-                            help="square sizes (default: 512 2048)")
-        parser.add_argument("--dtype", nargs="+", choices=("float64", "float32"), default=["float64"])
-        parser.add_argument("--threads", type=positive, nargs="+", default=[1],
-                            help="thread counts; above 1 only packed races NumPy (default: 1)")
-        parser.add_argument("--kernels", nargs="+", choices=mm.MATMUL_KERNELS, default=list(mm.MATMUL_KERNELS))
-        parser.add_argument("--naive-max", type=positive, default=1024,
-                            help="largest n for the loop orders and tiled (default 1024: ijk at 2048 "
-                                 "takes about a minute)")
-        parser.add_argument("--repeat", type=positive, default=5, help="timed samples per figure (median)")
+        parser.add_argument("--n", type=positive_int, nargs="+", default=[512, 2048], help="square sizes")
+        parser.add_argument("--dtype", nargs="+", choices=("float64", "float32"), default=["float64"],
+                            help="element types")
+        parser.add_argument("--threads", type=positive_int, nargs="+", default=[1],
+                            help="thread counts; above 1 only packed races NumPy")
+        # --kernel too: the spelling of `sympathy cachegrind matmul`.
+        parser.add_argument("--kernels", "--kernel", dest="kernels", nargs="+", choices=mm.MATMUL_KERNELS,
+                            metavar="KERNEL", default=list(mm.MATMUL_KERNELS),
+                            help=f"rungs of the ladder to race, from: {' '.join(mm.MATMUL_KERNELS)}")
+        parser.add_argument("--naive-max", type=positive_int, default=1024,
+                            help="largest n for the loop orders and tiled (ijk at 2048 takes about a minute)")
+        parser.add_argument("--repeat", type=positive_int, default=5, help="timed samples per figure (median)")
         parser.add_argument("--cachegrind", action="store_true",
                             help="add the D1 miss rate from valgrind's cache simulator (slow: ~10 s a kernel)")
-        parser.add_argument("--cachegrind-n", type=positive, default=128, help="size simulated (default 128)")
+        parser.add_argument("--cachegrind-n", type=positive_int, default=128, help="size simulated")
+
+    def check_arguments(self, args: argparse.Namespace) -> None:
+        """The largest group must fit in the memory available now (not a MemoryError minutes in)."""
+        import psutil
+
+        n, itemsize = max(args.n), max(np.dtype(d).itemsize for d in args.dtype)
+        need = MATRICES_PER_GROUP * n * n * itemsize
+        available = psutil.virtual_memory().available
+        if need > available:
+            fits = int(math.sqrt(available / (MATRICES_PER_GROUP * itemsize)))
+            raise ValueError(f"argument --n: n={n} needs {need / 2**30:,.1f} GiB ({MATRICES_PER_GROUP} matrices of "
+                             f"{n}x{n} at {itemsize} bytes), but {available / 2**30:.1f} GiB of memory is "
+                             f"available; the largest n that fits now is about {fits}")
 
     def run(self, args: argparse.Namespace, results: Results) -> None:
         from threadpoolctl import threadpool_limits

@@ -12,6 +12,7 @@ import argparse
 import collections
 import os
 import queue
+import textwrap
 import threading
 import time
 import uuid
@@ -390,7 +391,8 @@ class RingSuite(Suite):
             ax.set_xscale("log")
             ax.set_xlim(left=min(r.metrics[self.primary] for r in members) / 10)  # bars start left of the smallest
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_title(group, fontsize=9)
+            ax.set_title(textwrap.fill(group, 45), fontsize=9)   # the longest group names ran past the figure
+            ax.set_xlabel(f"{self.primary}, log scale", fontsize=8)
             ax.tick_params(labelsize=7)
             ax.invert_yaxis()
             ax.grid(axis="x", alpha=0.3)
