@@ -112,7 +112,7 @@ def register_ops() -> None:
     cuda._attention_op()
 
 
-if "torch" in sys.modules:   # torch imported first (the usual case): the ops exist before any trace
+if sys.modules.get("torch") is not None:   # torch imported first (the usual case): the ops exist before any trace
     register_ops()
 
 
