@@ -105,6 +105,10 @@ sy_ring *sy_ring_retain(sy_ring *ring);              /* one more holder of the m
  * nothing is claimed or consumed, so the caller can run signal handlers and call again with the
  * timeout less slice_ns. Multi-producer claims then use compare-and-swap (no claim without space). */
 void sy_ring_set_wait_slice(sy_ring *ring, int64_t slice_ns);
+/* Single producer: a claim while another thread's claim through the same handle is open (claim to
+ * publish) gets SY_RING_EBUSY instead of the same sequences. Off by default (a locked exchange per
+ * claim); the Python layer turns it on. */
+void sy_ring_refuse_concurrent_claims(sy_ring *ring, int on);
 
 /* ---- producers ---- */
 int sy_ring_producer_open(sy_ring *ring, sy_ring_producer **out);

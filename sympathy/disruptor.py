@@ -91,7 +91,10 @@ class _Processor:
         what was published, publish*() raise ClosedError from `exc`, shutdown() re-raises it."""
         self.error = exc
         self.disruptor._failure = exc
-        self.disruptor.ring.close_stream()
+        try:
+            self.disruptor.ring.close_stream()
+        except ClosedError:
+            pass  # shutdown() closed the ring already
 
 
 class Disruptor:

@@ -12,8 +12,9 @@
 
 Timeouts follow the standard library's queue module: `timeout=None` waits as long as it takes,
 `timeout=0` tries once, `publish*` raise `queue.Full` and `get*` raise `queue.Empty` when the time
-runs out. A closed stream (after `close_stream()` and once drained) or a dead peer process raises
-`sympathy.ClosedError`. Every wait happens in C with the GIL released, in slices of WAIT_SLICE_NS:
+runs out. A closed stream (after `close_stream()` and once drained), a dead upstream consumer or
+a `close()` from another thread raises `sympathy.ClosedError`; dead producers and consumers are
+reaped (see docs/ring.md, Liveness). Every wait happens in C with the GIL released, in slices of WAIT_SLICE_NS:
 between slices the interpreter runs signal handlers, so Ctrl-C interrupts any wait.
 """
 from __future__ import annotations
@@ -202,6 +203,7 @@ class RingBuffer:
         self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         self._closed = False
         lib.sy_ring_set_wait_slice(handle, WAIT_SLICE_NS)
+        lib.sy_ring_refuse_concurrent_claims(handle, 1)  # one object, any thread: refuse, never duplicate
         # Each slot is an 8-byte "published" header followed by the item, so the items sit one
         # slot_stride apart: a strided (not contiguous) array over the ring, zero-copy all the same.
         # Raw rings (item_size=) look like a (capacity, item_size) uint8 array, typed rings like 1-D.
@@ -273,14 +275,15 @@ class RingBuffer:
             producer = self._producer_handle()
         written = ffi.new("int64_t *")  # per call: several threads may publish to a multi-producer ring
         status = lib.sy_ring_write(producer, ffi.from_buffer(array), n, t, written)
-        done = written[0]
-        while status == _SLICE:  # what went out stays out; the rest follows (signals run in between)
-            t = max(t - WAIT_SLICE_NS, 0) if t > 0 else t
-            status = lib.sy_ring_write(producer, ffi.from_buffer(array[done:]), n - done, t, written)
-            done += written[0]
         if status:
-            producer = None
-            self._raise(status, f"publishing a batch ({done} of {n} items published)", queue.Full)
+            done = written[0]
+            while status == _SLICE:  # what went out stays out; the rest follows (signals run in between)
+                t = max(t - WAIT_SLICE_NS, 0) if t > 0 else t
+                status = lib.sy_ring_write(producer, ffi.from_buffer(array[done:]), n - done, t, written)
+                done += written[0]
+            if status:
+                producer = None
+                self._raise(status, f"publishing a batch ({done} of {n} items published)", queue.Full)
 
     @contextlib.contextmanager
     def claim(self, n: int, timeout: float | None = None) -> Iterator[np.ndarray]:
@@ -569,7 +572,9 @@ class Consumer:
         if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
             raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
         max_n = int(max_n)
-        handle = self._open_handle()
+        handle = self._handle  # a local: a close() from another thread cannot free it under the call
+        if handle is None:
+            self._check_open()
         if self._ahead:
             return self._take_ahead(max_n)
         ring = self._ring
@@ -579,7 +584,7 @@ class Consumer:
                     or not out.flags.writeable or len(out) < max_n:
                 raise ValueError(f"out must be a writeable contiguous array of dtype {ring._row_dtype}, "
                                  f"item shape {ring._row_shape} and at least max_n={max_n} items")
-            status = self._read(handle, ffi.from_buffer(out), max_n, t)
+            self._read(handle, ffi.from_buffer(out), max_n, t)
             return out[:self._n[0]]
         max_n = min(max_n, ring.capacity)  # never more is ready
         if max_n * ring.item_size <= SCRATCH_BYTES:
@@ -587,7 +592,9 @@ class Consumer:
             # a NumPy copy sized to what came: every C call releases the GIL, and with another
             # Python thread running each release costs a GIL handoff (docs/ring.md, threads batched).
             scratch, pointer = self._scratch_for(max_n)
-            self._read(handle, pointer, max_n, t)
+            status = lib.sy_ring_read(handle, pointer, max_n, t, self._n)  # per batch: no extra call
+            if status:
+                self._read(handle, pointer, max_n, t, status)
             return scratch[:self._n[0]].copy()
         # Large items: wait, then allocate exactly what is ready (no max_n-sized scratch to keep).
         self._wait(handle, t)
@@ -596,9 +603,11 @@ class Consumer:
         self._read(handle, ffi.from_buffer(batch), n, 0)  # ready a moment ago, and only we consume them
         return batch
 
-    def _read(self, handle, pointer, max_n: int, t: int) -> None:
-        """sy_ring_read into pointer (self._n[0] items), in wait slices; raises what a failure means."""
-        status = lib.sy_ring_read(handle, pointer, max_n, t, self._n)
+    def _read(self, handle, pointer, max_n: int, t: int, status: int | None = None) -> None:
+        """sy_ring_read into pointer (self._n[0] items), in wait slices; raises what a failure means.
+        status: what the caller's own first call returned, if it made one."""
+        if status is None:
+            status = lib.sy_ring_read(handle, pointer, max_n, t, self._n)
         if status == _SLICE:
             status = _rewait(lib.sy_ring_read, (handle, pointer, max_n), t, (self._n,))
         if status:
@@ -721,7 +730,7 @@ class EventPoller:
     released once handled, so consumers after this one see them only then. If the handler raises,
     the events before it stay handled and the one that raised comes again on the next poll (as in
     the Disruptor); the exception propagates. After close_stream() and once drained, poll raises
-    ClosedError. A poll does not check for dead peers: use `rb.peers()` if a producer may die.
+    ClosedError. A dead producer's open claim is skipped and counted in `lost`.
     """
 
     def __init__(self, consumer: Consumer):
@@ -737,6 +746,11 @@ class EventPoller:
     def sequence(self) -> int:
         """The last sequence handled (and released)."""
         return self._consumer.sequence
+
+    @property
+    def lost(self) -> int:
+        """Sequences skipped because their producer died before publishing (Consumer.lost)."""
+        return self._consumer.lost
 
     def poll(self, handler) -> PollState:
         c = self._consumer

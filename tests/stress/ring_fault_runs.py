@@ -88,7 +88,7 @@ def reader_main(name: str, poller: bool, seed: int, ready, conn) -> None:
         pass
     except queue.Empty:
         status = "timeout"
-    lost = c._consumer.lost if poller else c.lost
+    lost = c.lost
     conn.send((status, np.array(got, np.int64).tobytes(), lost))
     conn.close()
     os._exit(0)
