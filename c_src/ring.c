@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -112,6 +113,11 @@ typedef struct sy_consumer_record {
 typedef struct sy_producer_record {
     _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t pid;
     _Atomic int64_t heartbeat_ns;
+    /* Peer liveness, multi producer (in the record's own block, after the fields above): claims
+     * this handle holds open (claimed, not yet published), and a sequence none of them starts
+     * before. A consumer stuck on a hole whose only possible owner is a dead process skips it. */
+    _Atomic int64_t open_claims;
+    _Atomic int64_t claim_floor;
 } sy_producer_record;
 
 /* Who made the segment and what its items are: written once before the magic, like the identity,
@@ -180,6 +186,9 @@ struct sy_ring {
     size_t region_bytes;
     _Atomic int refs;                 /* this handle + each open producer/consumer: the mapping lives
                                          until the last is closed, in whatever order finalisers run */
+    _Atomic int closing;              /* sy_ring_shutdown: every wait through this handle ends */
+    int64_t wait_slice_ns;            /* > 0: waits return SY_RING_WAIT_SLICE this often (see ring.h) */
+    int refuse_concurrent_claims;     /* single producer: a second thread's claim gets SY_RING_EBUSY */
 };
 
 /* The private side of a producer. The single-producer claim state lives here, on its own block,
@@ -187,6 +196,8 @@ struct sy_ring {
 struct sy_ring_producer {
     _Alignas(SY_DESTRUCTIVE_SIZE) int64_t next_claim;  /* single: last claimed */
     int64_t gating_cache;                               /* single: cached min of gating sequences */
+    _Atomic int busy;                                   /* single: a claim is open (claim to publish) */
+    _Atomic uintptr_t claimer;                          /* single: the thread that claimed last */
     sy_ring *ring;
     int record;
 };
@@ -195,6 +206,8 @@ struct sy_ring_consumer {
     _Alignas(SY_DESTRUCTIVE_SIZE) int64_t next;         /* next sequence to read */
     int64_t available_cache;                            /* highest known readable: the read_idx_cache */
     _Atomic int64_t *sequence;                          /* our release sequence in the shared area */
+    int64_t lost;                                       /* sequences skipped: their producer died */
+    int64_t next_liveness_ns;                           /* the poller's next look for dead claims */
     sy_ring *ring;
     int record;
     int n_after;
@@ -274,14 +287,6 @@ enum wait_side { WAITING_FOR_DATA, WAITING_FOR_SPACE };
 /* A waiter that has waited this long starts checking that its peers still exist. */
 #define LIVENESS_PERIOD_NS 10000000  /* 10 ms: a dead peer is noticed within about that */
 
-static bool any_producer_dead(const sy_ring *r) {
-    for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++) {
-        int64_t pid = atomic_load_explicit(&r->header->producers[i].pid, memory_order_acquire);
-        if (pid != 0 && !pid_alive(pid)) return true;
-    }
-    return false;
-}
-
 static bool any_consumer_dead(const sy_ring *r, uint64_t among) {
     uint64_t active = among & atomic_load_explicit(&r->header->registry.active_consumers, memory_order_acquire);
     for (; active; active &= active - 1) {
@@ -293,6 +298,62 @@ static bool any_consumer_dead(const sy_ring *r, uint64_t among) {
 }
 
 static int64_t highest_published(const sy_ring *r, int64_t want);
+static int registry_lock(sy_ring *r);
+static void registry_unlock(sy_ring *r);
+static uint64_t leaves_of(const struct sy_ring_header *h, uint64_t active);
+
+/* A dead leaf consumer stops gating: its record is freed as if it had closed, so producers go on
+ * and a new consumer may join. A dead consumer that others run after stays: they get ClosedError
+ * (what it did not pass on never comes), and once they leave it is a leaf and goes too. */
+static void reap_dead_consumers(sy_ring *r) {
+    struct sy_ring_header *h = r->header;
+    if (!any_consumer_dead(r, atomic_load_explicit(&h->registry.gating_consumers, memory_order_acquire))) return;
+    if (registry_lock(r) != SY_OK) return;
+    uint64_t active = atomic_load_explicit(&h->registry.active_consumers, memory_order_relaxed);
+    uint64_t dead = 0;
+    for (uint64_t leaves = leaves_of(h, active); leaves; leaves &= leaves - 1) {
+        int i = __builtin_ctzll(leaves);
+        int64_t pid = atomic_load_explicit(&h->consumers[i].pid, memory_order_relaxed);
+        if (pid != 0 && !pid_alive(pid)) dead |= 1ull << i;
+    }
+    active &= ~dead;
+    /* the order of sy_ring_consumer_close: gating set first, then the record */
+    atomic_store_explicit(&h->registry.gating_consumers, leaves_of(h, active), memory_order_release);
+    atomic_store_explicit(&h->registry.active_consumers, active, memory_order_release);
+    for (; dead; dead &= dead - 1) {
+        atomic_store_explicit(&h->consumers[__builtin_ctzll(dead)].pid, 0, memory_order_relaxed);
+        atomic_store_explicit(&h->consumers[__builtin_ctzll(dead)].after_mask, 0, memory_order_relaxed);
+    }
+    registry_unlock(r);
+}
+
+/* A slot's header once a consumer gave its sequence up: negative, so it never reads as published. */
+static inline int64_t skipped_mark(int64_t sequence) { return -(sequence + 1); }
+
+/* Multi producer: is the hole at `want` (claimed, not published) a dead producer's? Only if no
+ * live producer holds an open claim that may reach down to it and a dead one does. The cursor is
+ * acquired first: a claim seen there comes with its producer's open-claim count and floor (both
+ * written before the claim). Then the slot is marked skipped by compare-and-swap from the value
+ * seen before the check, so a publish that lands meanwhile wins. */
+static bool abandon_dead_claim(sy_ring *r, int64_t want) {
+    _Atomic int64_t *header = &slot_header(r, want)->published_plus_one;
+    int64_t seen = atomic_load_explicit(header, memory_order_acquire);
+    if (seen == want + 1) return false;
+    if (seen == skipped_mark(want)) return true;
+    if (atomic_load_explicit(r->cursor, memory_order_acquire) < want) return false;  /* not claimed */
+    bool dead_owner = false;
+    for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++) {
+        sy_producer_record *rec = &r->header->producers[i];
+        int64_t pid = atomic_load_explicit(&rec->pid, memory_order_acquire);
+        if (!pid || !atomic_load_explicit(&rec->open_claims, memory_order_acquire)) continue;
+        if (atomic_load_explicit(&rec->claim_floor, memory_order_acquire) > want) continue;
+        if (pid_alive(pid)) return false;  /* a live producer may still publish it */
+        dead_owner = true;
+    }
+    return dead_owner && (atomic_compare_exchange_strong_explicit(header, &seen, skipped_mark(want),
+                                                                  memory_order_acq_rel, memory_order_acquire)
+                          || seen == skipped_mark(want));
+}
 
 /* Upstream consumers that left without closing (detached): frozen, they will release no more. */
 static bool any_consumer_detached(const sy_ring *r, uint64_t among) {
@@ -327,27 +388,68 @@ struct sy_wait {
     _Atomic int64_t *heartbeat;                 /* this waiter's own liveness record */
     enum wait_side side;
     uint64_t upstream;                          /* consumers a waiting consumer runs after */
+    sy_ring_consumer *consumer;                 /* data waits: skips sequences whose producer died */
+    int64_t slice_end_ns;                       /* SY_RING_WAIT_SLICE from here (INT64_MAX: never) */
 };
+
+static int64_t upstream_minimum(const sy_ring_consumer *c) {
+    int64_t minimum = INT64_MAX;
+    for (int i = 0; i < c->n_after; i++) {
+        int64_t s = atomic_load_explicit(consumer_sequence(c->ring, c->after[i]), memory_order_acquire);
+        if (s < minimum) minimum = s;
+    }
+    return minimum;
+}
+
+/* A sequence whose producer died is released unread and counted in `lost`; a consumer that runs
+ * after others skips it only once they have (the slot is not reused before every leaf passed it). */
+static bool skip_lost(sy_ring_consumer *c, int64_t want) {
+    const sy_ring *r = c->ring;
+    if (r->producer_kind != SY_RING_MULTI_PRODUCER) return false;
+    if (atomic_load_explicit(&slot_header(r, want)->published_plus_one, memory_order_acquire) != skipped_mark(want))
+        return false;
+    if (c->n_after && upstream_minimum(c) < want) return false;
+    c->lost++;
+    sy_ring_release(c, want);
+    return true;
+}
+
+/* A waiting consumer of a multi-producer ring: skip what a dead producer left claimed (checked at
+ * the liveness period, or now when the stream is closed), and what other consumers marked so. */
+static void skip_dead_claims(struct sy_wait *w, bool look_for_dead) {
+    sy_ring_consumer *c = w->consumer;
+    if (!c || w->ring->producer_kind != SY_RING_MULTI_PRODUCER) return;
+    if (look_for_dead && !c->n_after) abandon_dead_claim(w->ring, w->want);
+    while (skip_lost(c, w->want)) w->want = c->next;
+}
 
 /* Returns SY_OK to keep waiting, or why to stop. Called every few hundred spins, not every spin:
  * clock_gettime costs ~20 ns, far more than one PAUSE. */
 static int wait_checkpoint(struct sy_wait *w) {
     int64_t now = (int64_t)sy_now_ns();
-    sy_ring_registry *reg = &w->ring->header->registry;
-    if (atomic_load_explicit(&reg->closed, memory_order_acquire)) {
-        if (w->side == WAITING_FOR_SPACE || stream_drained(w->ring, w->want, w->upstream)) return SY_ECLOSED;
+    sy_ring *r = w->ring;
+    /* acquire: pairs with sy_ring_shutdown's release; another thread of ours closed the ring */
+    if (atomic_load_explicit(&r->closing, memory_order_acquire)) return SY_ECLOSED;
+    bool liveness_due = now >= w->next_liveness_ns;
+    skip_dead_claims(w, liveness_due);
+    if (atomic_load_explicit(&r->header->registry.closed, memory_order_acquire)) {
+        if (w->side == WAITING_FOR_SPACE) return SY_ECLOSED;
+        if (stream_drained(r, w->want, w->upstream)) {
+            skip_dead_claims(w, true);  /* a dead producer's hole is not the end of the stream */
+            if (stream_drained(r, w->want, w->upstream)) return SY_ECLOSED;
+        }
     }
-    if (now >= w->next_liveness_ns) {
+    if (liveness_due) {
         w->next_liveness_ns = now + LIVENESS_PERIOD_NS;
         if (w->heartbeat) atomic_store_explicit(w->heartbeat, now, memory_order_relaxed);
-        /* Data comes from the producers, or through the consumers this one runs after; space is
-         * freed by every consumer (an upstream one that died stalls its leaves for good). */
-        bool dead = w->side == WAITING_FOR_DATA
-                        ? any_producer_dead(w->ring) || any_consumer_dead(w->ring, w->upstream)
-                        : any_consumer_dead(w->ring, UINT64_MAX);
-        if (dead) return SY_ECLOSED;
+        /* Data comes through the consumers this one runs after: one that died stalls it for good.
+         * A dead producer does not end a data wait (its claims are skipped, or a new single
+         * producer takes over); a dead leaf consumer stops gating the space. */
+        if (w->side == WAITING_FOR_DATA && any_consumer_dead(r, w->upstream)) return SY_ECLOSED;
+        if (w->side == WAITING_FOR_SPACE) reap_dead_consumers(r);
     }
     if (now >= w->deadline_ns) return SY_ETIMEDOUT;
+    if (now >= w->slice_end_ns) return SY_RING_WAIT_SLICE;
     return SY_OK;
 }
 
@@ -447,14 +549,23 @@ static int wait_for(struct sy_wait *w, int64_t *got) {
         sy_cpu_relax();
         if ((*got = w->probe(w->ctx, w->want)) >= w->want) return SY_OK;
     }
+    int64_t now = (int64_t)sy_now_ns();
     w->deadline_ns = deadline_from(w->timeout_ns);  /* late by the spins above: tens of ns */
-    w->next_liveness_ns = (int64_t)sy_now_ns() + LIVENESS_PERIOD_NS;
+    w->next_liveness_ns = now + LIVENESS_PERIOD_NS;
+    /* A slice only when the deadline lies beyond it: the caller then knows a whole slice passed. */
+    int64_t slice = w->ring->wait_slice_ns;
+    w->slice_end_ns = slice > 0 && w->deadline_ns - now > slice ? now + slice : INT64_MAX;
+    int status;
     switch (w->ring->wait) {
-    case SY_WAIT_BUSY_SPIN: return wait_busy_spin(w, got);
-    case SY_WAIT_YIELD: return wait_yield(w, got);
-    case SY_WAIT_SLEEP: return wait_sleep(w, got);
-    default: return wait_blocking(w, got);
+    case SY_WAIT_BUSY_SPIN: status = wait_busy_spin(w, got); break;
+    case SY_WAIT_YIELD: status = wait_yield(w, got); break;
+    case SY_WAIT_SLEEP: status = wait_sleep(w, got); break;
+    default: status = wait_blocking(w, got); break;
     }
+    /* A close() of ours frees consumers after raising the flag (release): space or data that
+     * appears because of it must not let the call through. acquire: pairs with it. */
+    if (status == SY_OK && atomic_load_explicit(&w->ring->closing, memory_order_acquire)) return SY_ECLOSED;
+    return status;
 }
 
 /* The other half of the blocking strategy: after a release store that a sleeper may wait for. */
@@ -773,6 +884,24 @@ int sy_ring_attach(const char *name, sy_ring **out) {
 
 static void ring_retain(sy_ring *r) { atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); }
 
+sy_ring *sy_ring_retain(sy_ring *r) {
+    ring_retain(r);
+    return r;
+}
+
+void sy_ring_shutdown(sy_ring *r) {
+    /* release: pairs with wait_checkpoint's acquire */
+    atomic_store_explicit(&r->closing, 1, memory_order_release);
+    /* Wake the sleepers; one about to sleep naps at most LIVENESS_PERIOD_NS before its next
+     * checkpoint. The futex word is not written: closing never stores into the shared segment
+     * (a segment another process truncated would kill us with SIGBUS). */
+    if (r->wait == SY_WAIT_BLOCKING) futex_wake_all(&r->header->wake.word, r->futex_op_flags);
+}
+
+void sy_ring_set_wait_slice(sy_ring *r, int64_t slice_ns) { r->wait_slice_ns = slice_ns > 0 ? slice_ns : 0; }
+
+void sy_ring_refuse_concurrent_claims(sy_ring *r, int on) { r->refuse_concurrent_claims = on != 0; }
+
 void sy_ring_free(sy_ring *r) {
     if (!r) return;
     /* acq_rel: every use of the mapping by other holders happens before the unmap */
@@ -949,6 +1078,41 @@ static void registry_unlock(sy_ring *r) {
 
 /* ---- producers ------------------------------------------------------------------------------------ */
 
+/* Under the registration lock: frees the records of dead producers. A single producer's record
+ * always goes (the new producer takes over at the cursor); a multi producer's only with no claim
+ * open, because the consumers read who may own a hole from it. Returns how many were freed. */
+static int reclaim_dead_producers(sy_ring *r) {
+    int freed = 0;
+    for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++) {
+        sy_producer_record *rec = &r->header->producers[i];
+        int64_t pid = atomic_load_explicit(&rec->pid, memory_order_acquire);
+        if (!pid || pid_alive(pid)) continue;
+        if (r->producer_kind == SY_RING_MULTI_PRODUCER && atomic_load_explicit(&rec->open_claims, memory_order_acquire))
+            continue;
+        atomic_store_explicit(&rec->pid, 0, memory_order_release);
+        atomic_fetch_sub_explicit(&r->header->registry.producers, 1, memory_order_relaxed);
+        freed++;
+    }
+    return freed;
+}
+
+/* Multi producer, before a claim: count it open, and if it is this handle's only one, lower the
+ * floor to the cursor seen BEFORE counting. Every claim made while the count stays above zero
+ * comes after that read (acq_rel on the count chains each later claimer's cursor read after it),
+ * so the floor never passes an open claim. The claim's own cursor RMW is a release that carries
+ * both to a consumer that acquires the cursor (abandon_dead_claim). */
+static void open_claim(sy_ring_producer *p) {
+    sy_producer_record *rec = &p->ring->header->producers[p->record];
+    int64_t seen = atomic_load_explicit(p->ring->cursor, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&rec->open_claims, 1, memory_order_acq_rel) == 0)
+        atomic_store_explicit(&rec->claim_floor, seen + 1, memory_order_relaxed);
+}
+
+/* release: a consumer that sees the count drop sees the slots published before it */
+static void close_claim(sy_ring_producer *p) {
+    atomic_fetch_sub_explicit(&p->ring->header->producers[p->record].open_claims, 1, memory_order_release);
+}
+
 int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
     sy_ring_registry *reg = &r->header->registry;
     if (atomic_load_explicit(&reg->closed, memory_order_acquire)) return SY_ECLOSED;
@@ -960,14 +1124,20 @@ int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
         return status;
     }
     int record = -1;
+    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) reclaim_dead_producers(r);
     if (r->producer_kind == SY_RING_SINGLE_PRODUCER && atomic_load_explicit(&reg->producers, memory_order_relaxed) > 0) {
         status = SY_EINVAL;  /* a single-producer ring has exactly one producer */
     } else {
         for (int i = 0; i < SY_RING_MAX_PRODUCERS && record < 0; i++)
             if (atomic_load_explicit(&r->header->producers[i].pid, memory_order_relaxed) == 0) record = i;
+        if (record < 0 && reclaim_dead_producers(r) > 0) {
+            for (int i = 0; i < SY_RING_MAX_PRODUCERS && record < 0; i++)
+                if (atomic_load_explicit(&r->header->producers[i].pid, memory_order_relaxed) == 0) record = i;
+        }
         if (record < 0) status = SY_EINVAL;
     }
     if (status == SY_OK) {
+        atomic_store_explicit(&r->header->producers[record].open_claims, 0, memory_order_relaxed);
         atomic_store_explicit(&r->header->producers[record].heartbeat_ns, (int64_t)sy_now_ns(), memory_order_relaxed);
         atomic_store_explicit(&r->header->producers[record].pid, (int64_t)getpid(), memory_order_release);
         atomic_fetch_add_explicit(&reg->producers, 1, memory_order_relaxed);
@@ -981,7 +1151,17 @@ int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
     p->ring = r;
     p->record = record;
     p->next_claim = atomic_load_explicit(r->cursor, memory_order_acquire);
+    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) {
+        /* Taking over from a producer that died after publishing slots but before storing the
+         * cursor: those items were (or will be) delivered, so claiming starts after them. */
+        int64_t start = p->next_claim;
+        for (int64_t lap_end = start + ring_capacity(r); start < lap_end && slot_published(r, start + 1);) start++;
+        if (start != p->next_claim) atomic_store_explicit(r->cursor, start, memory_order_release);
+        p->next_claim = start;
+    }
     p->gating_cache = NO_SEQUENCE;
+    atomic_init(&p->busy, 0);
+    atomic_init(&p->claimer, 0);
     *out = p;
     return SY_OK;
 }
@@ -1019,15 +1199,39 @@ static int wait_for_space(sy_ring_producer *p, int64_t wrap_point, int64_t claim
     return wait_for(&w, gating);
 }
 
+/* Two threads claiming through one single-producer handle would take the same sequences: the
+ * second is refused while a claim is open (claim to publish). A locked exchange drains the store
+ * buffer (measured: 5 % of a one-thread publish_batch + get_batch loop, whose 8 KB of copies sit
+ * there), so only a thread other than the last claimer pays it (acquire: it sees the previous
+ * claimer's state); the last claimer re-enters with a plain load and store. Asked for by the Python
+ * layer, whose one object any thread may call; a C caller keeps the handle to one thread. The one
+ * race left: a newcomer's exchange landing between the last claimer's load and the moment its store
+ * leaves its store buffer (tens of ns; under the GIL the newcomer starts microseconds later). */
+static bool enter_single_claim(sy_ring_producer *p) {
+    uintptr_t self = (uintptr_t)pthread_self();
+    if (atomic_load_explicit(&p->claimer, memory_order_relaxed) == self) {
+        if (atomic_load_explicit(&p->busy, memory_order_relaxed)) return false;  /* a nested claim */
+        atomic_store_explicit(&p->busy, 1, memory_order_relaxed);
+        return true;
+    }
+    if (atomic_exchange_explicit(&p->busy, 1, memory_order_acquire)) return false;
+    atomic_store_explicit(&p->claimer, self, memory_order_relaxed);
+    return true;
+}
+
 /* Single producer: nobody else moves the cursor, so the claim is private arithmetic; the shared
  * gating sequences are read only when the cached minimum says the ring might be full. */
 static int claim_single(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *hi) {
+    if (p->ring->refuse_concurrent_claims && !enter_single_claim(p)) return SY_RING_EBUSY;
     int64_t next = p->next_claim + n;
     int64_t wrap_point = next - ring_capacity(p->ring);
     if (wrap_point > p->gating_cache) {
         int64_t gating;
         int status = wait_for_space(p, wrap_point, p->next_claim, timeout_ns, &gating);
-        if (status != SY_OK) return status;
+        if (status != SY_OK) {
+            atomic_store_explicit(&p->busy, 0, memory_order_release);
+            return status;
+        }
         p->gating_cache = gating;
     }
     p->next_claim = next;
@@ -1040,7 +1244,8 @@ static int claim_single(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int6
  * as long as the consumers live; a dead consumer or a closed stream still ends the wait. */
 static int claim_multi_untimed(sy_ring_producer *p, int64_t n, int64_t *hi) {
     sy_ring *r = p->ring;
-    int64_t current = atomic_fetch_add_explicit(r->cursor, n, memory_order_relaxed);
+    open_claim(p);
+    int64_t current = atomic_fetch_add_explicit(r->cursor, n, memory_order_release);  /* see open_claim */
     int64_t next = current + n;
     int64_t wrap_point = next - ring_capacity(r);
     int64_t cached = atomic_load_explicit(r->gating_cache, memory_order_acquire);
@@ -1061,6 +1266,7 @@ static int claim_multi_untimed(sy_ring_producer *p, int64_t n, int64_t *hi) {
 static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *hi) {
     sy_ring *r = p->ring;
     int64_t deadline = deadline_from(timeout_ns);
+    open_claim(p);
     for (;;) {
         int64_t current = atomic_load_explicit(r->cursor, memory_order_relaxed);
         int64_t next = current + n;
@@ -1071,13 +1277,16 @@ static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns,
             if (wrap_point > gating) {
                 int64_t left = deadline - (int64_t)sy_now_ns();
                 int status = wait_for_space(p, wrap_point, current, left > 0 ? left : 0, &gating);
-                if (status != SY_OK) return status;
+                if (status != SY_OK) {
+                    close_claim(p);  /* nothing was claimed */
+                    return status;
+                }
             }
             atomic_store_explicit(r->gating_cache, gating, memory_order_release);
             if (wrap_point > gating) continue;
         }
-        if (atomic_compare_exchange_weak_explicit(r->cursor, &current, next, memory_order_relaxed,
-                                                  memory_order_relaxed)) {
+        if (atomic_compare_exchange_weak_explicit(r->cursor, &current, next, memory_order_release,
+                                                  memory_order_relaxed)) {  /* release: see open_claim */
             *hi = next;
             return SY_OK;
         }
@@ -1088,7 +1297,9 @@ int sy_ring_claim(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *h
     if (n < 1 || n > ring_capacity(p->ring)) return SY_EINVAL;
     if (atomic_load_explicit(&p->ring->header->registry.closed, memory_order_relaxed)) return SY_ECLOSED;
     if (p->ring->producer_kind == SY_RING_SINGLE_PRODUCER) return claim_single(p, n, timeout_ns, hi);
-    return timeout_ns < 0 ? claim_multi_untimed(p, n, hi) : claim_multi_timed(p, n, timeout_ns, hi);
+    /* A sliced wait returns before its claim exists only in the compare-and-swap form. */
+    bool untimed = timeout_ns < 0 && p->ring->wait_slice_ns == 0;
+    return untimed ? claim_multi_untimed(p, n, hi) : claim_multi_timed(p, n, timeout_ns, hi);
 }
 
 /* Each slot says for itself that it is in (release: its item, written before, is visible to a
@@ -1102,14 +1313,20 @@ static inline void mark_published(sy_ring *r, int64_t sequence) {
 /* After the headers. Single producer: the cursor says "everything up to hi", so a consumer far
  * behind learns a whole batch from one line instead of scanning headers; nobody reads it on the
  * item-at-a-time path, so its line stays in our cache and the store costs no transfer there. */
-static inline void finish_publish(sy_ring *r, int64_t hi) {
-    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) atomic_store_explicit(r->cursor, hi, memory_order_release);
+static inline void finish_publish(sy_ring_producer *p, int64_t hi) {
+    sy_ring *r = p->ring;
+    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) {
+        atomic_store_explicit(r->cursor, hi, memory_order_release);
+        atomic_store_explicit(&p->busy, 0, memory_order_release);  /* the claim is closed */
+    } else {
+        close_claim(p);
+    }
     wake_waiters(r);
 }
 
 void sy_ring_publish(sy_ring_producer *p, int64_t lo, int64_t hi) {
     for (int64_t s = lo; s <= hi; s++) mark_published(p->ring, s);
-    finish_publish(p->ring, hi);
+    finish_publish(p, hi);
 }
 
 /* How many of the `left` items from `sequence` on sit before the ring's end: a copy walks the
@@ -1164,7 +1381,7 @@ int sy_ring_write(sy_ring_producer *p, const void *items, int64_t n, int64_t tim
         int status = sy_ring_claim(p, chunk, timeout_ns < 0 ? -1 : (left > 0 ? left : 0), &hi);
         if (status != SY_OK) return status;
         copy_in_and_publish(r, hi - chunk + 1, src + *written * r->slot_size, chunk);
-        finish_publish(r, hi);
+        finish_publish(p, hi);
         *written += chunk;
     }
     return SY_OK;
@@ -1176,7 +1393,7 @@ int sy_ring_write_one(sy_ring_producer *p, const void *item, int64_t timeout_ns)
     if (status != SY_OK) return status;
     memcpy(item_at(p->ring, hi), item, (size_t)p->ring->slot_size);
     mark_published(p->ring, hi);
-    finish_publish(p->ring, hi);
+    finish_publish(p, hi);
     return SY_OK;
 }
 
@@ -1243,6 +1460,8 @@ int sy_ring_consumer_open(sy_ring *r, const int *after, int n_after, sy_ring_con
     c->sequence = consumer_sequence(r, record);
     c->next = start + 1;
     c->available_cache = start;
+    c->lost = 0;
+    c->next_liveness_ns = 0;
     c->n_after = 0;
     for (uint64_t a = after_mask; a; a &= a - 1) c->after[c->n_after++] = __builtin_ctzll(a);
     *out = c;
@@ -1292,6 +1511,12 @@ int64_t sy_ring_consumer_sequence(const sy_ring_consumer *c) {
     return atomic_load_explicit(c->sequence, memory_order_acquire);
 }
 
+int64_t sy_ring_consumer_lost(const sy_ring_consumer *c) { return c->lost; }
+
+void sy_ring_consumer_leave(sy_ring_consumer *c) {
+    if (c && sy_ring_consumer_close(c) != SY_OK) sy_ring_consumer_detach(c);
+}
+
 /* Slots a consumer checks one by one before a single-producer ring's cursor is asked instead. */
 #define PUBLISHED_SCAN 8
 
@@ -1326,12 +1551,12 @@ static int64_t probe_data(void *ctx, int64_t want) {
     sy_ring_consumer *c = ctx;
     const sy_ring *r = c->ring;
     if (c->n_after) {
-        int64_t minimum = INT64_MAX;
-        for (int i = 0; i < c->n_after; i++) {
-            int64_t s = atomic_load_explicit(consumer_sequence(r, c->after[i]), memory_order_acquire);
-            if (s < minimum) minimum = s;
-        }
-        return minimum;  /* upstream released only what the producers had published */
+        int64_t minimum = upstream_minimum(c);  /* upstream released only what the producers published */
+        if (r->producer_kind == SY_RING_SINGLE_PRODUCER) return minimum;
+        /* ... or what a dead producer left: a skipped slot holds no item, so a batch stops before it */
+        int64_t s = want;
+        while (s <= minimum && slot_published(r, s)) s++;
+        return s - 1;
     }
     return highest_published(r, want);
 }
@@ -1363,9 +1588,9 @@ static int wait_with(sy_ring_consumer *c, int64_t (*probe)(void *, int64_t), int
         struct sy_wait w = {.ring = c->ring, .probe = probe, .ctx = c, .want = want,
                             .timeout_ns = timeout_ns, .side = WAITING_FOR_DATA,
                             .heartbeat = &c->ring->header->consumers[c->record].heartbeat_ns,
-                            .upstream = upstream_mask(c)};
+                            .upstream = upstream_mask(c), .consumer = c};
         int status = wait_for(&w, &got);
-        if (status != SY_OK) return status;
+        if (status != SY_OK) return status;  /* c->next moved on past any sequence it skipped */
     }
     if (beyond_a_lap(c->ring, want, got)) return SY_ECORRUPT;
     c->available_cache = got;
@@ -1427,12 +1652,25 @@ int sy_ring_read_one(sy_ring_consumer *c, void *dst, int64_t timeout_ns) {
 /* ---- the event poller (LMAX EventPoller): a consumer that is polled, never waits ------------------ */
 
 int sy_ring_poll_ready(sy_ring_consumer *c, int64_t *hi) {
-    const sy_ring *r = c->ring;
+    sy_ring *r = c->ring;
     int64_t want = c->next;
     /* acquire, and read before the probe: the producers publish before closing, so a probe after
      * seeing "closed" cannot miss their last items */
     bool closed = atomic_load_explicit(&r->header->registry.closed, memory_order_acquire);
     int64_t got = c->available_cache >= want ? c->available_cache : probe_data(c, want);
+    if (got < want && r->producer_kind == SY_RING_MULTI_PRODUCER) {
+        /* what a dead producer left: looked for at the liveness period, or at once when closed */
+        int64_t now = closed ? c->next_liveness_ns : (int64_t)sy_now_ns();
+        if (!c->n_after && now >= c->next_liveness_ns) {
+            c->next_liveness_ns = now + LIVENESS_PERIOD_NS;
+            abandon_dead_claim(r, want);
+        }
+        if (skip_lost(c, want)) {
+            while (skip_lost(c, c->next)) {}
+            want = c->next;
+            got = probe_data(c, want);
+        }
+    }
     if (beyond_a_lap(r, want, got)) return SY_ECORRUPT;
     *hi = got >= want ? got : want - 1;
     if (got >= want) {

@@ -40,6 +40,12 @@ enum sy_ring_wait {
     SY_WAIT_BLOCKING = 3,   /* futex: sleeps in the kernel, woken by the other side */
 };
 
+/* Statuses of the ring beyond enum sy_status (c_src/platform.h). */
+enum sy_ring_status {
+    SY_RING_WAIT_SLICE = -20, /* a wait slice ran out before the deadline: nothing done, call again */
+    SY_RING_EBUSY = -21,      /* a second thread claimed through one single-producer handle */
+};
+
 typedef struct sy_ring sy_ring;
 typedef struct sy_ring_producer sy_ring_producer;
 typedef struct sy_ring_consumer sy_ring_consumer;
@@ -112,6 +118,19 @@ void *sy_ring_slots(const sy_ring *ring);            /* slot 0's item; the next 
 int sy_ring_close_stream(sy_ring *ring);             /* end of stream: consumers drain, then SY_ECLOSED */
 int sy_ring_peers(const sy_ring *ring, sy_ring_peer *out, int max_peers);
 int sy_ring_layout_offsets(const sy_ring *ring, int64_t *out, int n);  /* where the hot fields are, for tests */
+/* Peer liveness within a process: every wait through this handle (and its producers and consumers)
+ * ends with SY_ECLOSED at its next checkpoint; sleepers are woken. The mapping stays until the
+ * last holder is freed, so a call still inside never touches unmapped memory. */
+void sy_ring_shutdown(sy_ring *ring);
+sy_ring *sy_ring_retain(sy_ring *ring);              /* one more holder of the mapping; sy_ring_free drops it */
+/* Waits return SY_RING_WAIT_SLICE after slice_ns (0: never) when their deadline lies further:
+ * nothing is claimed or consumed, so the caller can run signal handlers and call again with the
+ * timeout less slice_ns. Multi-producer claims then use compare-and-swap (no claim without space). */
+void sy_ring_set_wait_slice(sy_ring *ring, int64_t slice_ns);
+/* Single producer: a claim while another thread's claim through the same handle is open (claim to
+ * publish) gets SY_RING_EBUSY instead of the same sequences. Off by default (a locked exchange per
+ * claim); the Python layer turns it on. */
+void sy_ring_refuse_concurrent_claims(sy_ring *ring, int on);
 
 /* ---- producers ---- */
 int sy_ring_producer_open(sy_ring *ring, sy_ring_producer **out);
@@ -136,6 +155,10 @@ int sy_ring_consumer_close(sy_ring_consumer *consumer);  /* SY_EINVAL while othe
  * they can drain up to it; its process may then exit without being taken for a dead peer. */
 void sy_ring_consumer_detach(sy_ring_consumer *consumer);
 int sy_ring_consumer_index(const sy_ring_consumer *consumer);
+/* Close, or detach when others run after it (what a finaliser or a ring's close does). */
+void sy_ring_consumer_leave(sy_ring_consumer *consumer);
+/* Sequences this consumer skipped because the producer that claimed them died (multi producer). */
+int64_t sy_ring_consumer_lost(const sy_ring_consumer *consumer);
 int64_t sy_ring_consumer_sequence(const sy_ring_consumer *consumer);
 /* Wait until the next sequence is readable; *hi receives the highest readable one (a batch). */
 int sy_ring_wait_for(sy_ring_consumer *consumer, int64_t timeout_ns, int64_t *hi);

@@ -65,6 +65,9 @@ class _Processor:
                     except Exception as exc:  # the exception handler decides: skip, or halt
                         if not self._handle(exc, sequence, events):
                             return
+                    except BaseException as exc:  # KeyboardInterrupt, SystemExit: fatal, never lost
+                        self._fail(exc)
+                        return
             except queue.Empty:
                 continue
             except ClosedError:
@@ -73,14 +76,25 @@ class _Processor:
     def _handle(self, exc: BaseException, sequence: int, events: np.ndarray) -> bool:
         handler = self.disruptor.exception_handler
         if handler is None:
-            self.error = exc  # fatal by default: this processor stops, shutdown() re-raises
+            self._fail(exc)  # fatal by default
             return False
         try:
             handler(exc, sequence, events)
             return True
         except BaseException as fatal:
-            self.error = fatal
+            self._fail(fatal)
             return False
+
+    def _fail(self, exc: BaseException) -> None:
+        """This processor stops; the Disruptor stops with it: its consumer would gate the ring for
+        good, so a publisher would wait forever. The stream is closed: the other handlers drain
+        what was published, publish*() raise ClosedError from `exc`, shutdown() re-raises it."""
+        self.error = exc
+        self.disruptor._failure = exc
+        try:
+            self.disruptor.ring.close_stream()
+        except ClosedError:
+            pass  # shutdown() closed the ring already
 
 
 class Disruptor:
@@ -97,6 +111,7 @@ class Disruptor:
         self._processors: list[_Processor] = []
         self._halted = threading.Event()
         self._started = False
+        self._failure: BaseException | None = None  # a handler's fatal error: the Disruptor stopped
 
     def handle_events_with(self, *handlers: Handler) -> EventHandlerGroup:
         """Handlers that follow the producers directly (in parallel with each other)."""
@@ -127,10 +142,22 @@ class Disruptor:
         return self
 
     def publish(self, item, timeout: float | None = None) -> None:
-        self.ring.publish(item, timeout)
+        try:
+            self.ring.publish(item, timeout)
+        except ClosedError as exc:
+            self._raise_failure(exc)
 
     def publish_batch(self, items, timeout: float | None = None) -> None:
-        self.ring.publish_batch(items, timeout)
+        try:
+            self.ring.publish_batch(items, timeout)
+        except ClosedError as exc:
+            self._raise_failure(exc)
+
+    def _raise_failure(self, closed: ClosedError) -> None:
+        if self._failure is None:
+            raise closed
+        raise ClosedError(f"the Disruptor stopped: a handler raised {self._failure!r} "
+                          f"(no exception_handler, or it re-raised)") from self._failure
 
     def halt(self) -> None:
         """Stop the handler threads at their next batch boundary, processed or not."""
@@ -155,13 +182,21 @@ class Disruptor:
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(0.001)
-        self.halt()
+        # Halt, joining each thread only until the deadline: a handler stuck inside its call is
+        # left running (a daemon thread); closing the ring ends its next wait, and the view it
+        # holds keeps the mapping alive.
+        self._halted.set()
+        for p in self._processors:
+            if p.thread is not None:
+                p.thread.join(None if deadline is None else max(deadline - time.monotonic(), 0))
+        stuck = sum(p.thread is not None and p.thread.is_alive() for p in self._processors)
         errors = [p.error for p in self._processors if p.error is not None]
         self.ring.close()
         if errors:
             raise errors[0]
         if self._started and not drained:
-            raise TimeoutError(f"handlers did not catch up within {timeout} s; halted anyway")
+            raise TimeoutError(f"handlers did not catch up within {timeout} s; halted anyway"
+                               + (f" ({stuck} still inside a handler call, left to finish it)" if stuck else ""))
 
     def __enter__(self) -> "Disruptor":
         return self

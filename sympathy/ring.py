@@ -12,8 +12,10 @@
 
 Timeouts follow the standard library's queue module: `timeout=None` waits as long as it takes,
 `timeout=0` tries once, `publish*` raise `queue.Full` and `get*` raise `queue.Empty` when the time
-runs out. A closed stream (after `close_stream()` and once drained) or a dead peer process raises
-`sympathy.ClosedError`. Every wait happens in C with the GIL released.
+runs out. A closed stream (after `close_stream()` and once drained), a dead upstream consumer or
+a `close()` from another thread raises `sympathy.ClosedError`; dead producers and consumers are
+reaped (see docs/ring.md, Liveness). Every wait happens in C with the GIL released, in slices of WAIT_SLICE_NS:
+between slices the interpreter runs signal handlers, so Ctrl-C interrupts any wait.
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ __all__ = ["RingBuffer", "Consumer", "EventPoller", "PollState", "WAITS", "PRODU
 # Bound once: a module-global lookup is cheaper than `lib.name` on the per-item paths.
 _write_one, _write_i64 = lib.sy_ring_write_one, lib.sy_ring_write_i64
 _read_one, _read_ahead = lib.sy_ring_read_one, lib.sy_ring_read_ahead
+_SLICE, _EBUSY = lib.SY_RING_WAIT_SLICE, lib.SY_RING_EBUSY
+WAIT_SLICE_NS = 20_000_000  # a C wait comes back this often: Ctrl-C is seen within it (the target is 100 ms)
 READ_AHEAD = 256  # items get() may take in one C call (plain numeric dtypes, no consumer after it)
 SCRATCH_BYTES = 1 << 20  # get_batch lands in a kept buffer up to this size; larger asks allocate exactly
 
@@ -63,6 +67,19 @@ def _timeout_ns(timeout: float | None) -> int:
     if timeout < 0:
         raise ValueError(f"timeout must be >= 0 (or None to wait forever); got {timeout}")
     return int(timeout * 1e9) if timeout < 1e9 else -1  # beyond ~31 years: forever (fits int64)
+
+
+def _rewait(call, before: tuple, t: int, after: tuple = ()) -> int:
+    """Call `call(*before, t, *after)` again while it comes back for its wait slice (SY_RING_WAIT_SLICE:
+    nothing was done, a whole slice passed), the timeout one slice shorter each time. Between the
+    calls the interpreter runs signal handlers: Ctrl-C raises KeyboardInterrupt here, not after the
+    wait. (Arguments, not a closure: a closure would cost the per-item fast paths cell objects.)"""
+    while True:
+        if t > 0:
+            t = max(t - WAIT_SLICE_NS, 0)
+        status = call(*before, t, *after)
+        if status != _SLICE:
+            return status
 
 
 def _segment_version(name: str) -> str:
@@ -186,14 +203,20 @@ class RingBuffer:
         self._producer_lock = threading.Lock()
         self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         self._closed = False
+        lib.sy_ring_set_wait_slice(handle, WAIT_SLICE_NS)
+        lib.sy_ring_refuse_concurrent_claims(handle, 1)  # one object, any thread: refuse, never duplicate
         # Each slot is an 8-byte "published" header followed by the item, so the items sit one
         # slot_stride apart: a strided (not contiguous) array over the ring, zero-copy all the same.
         # Raw rings (item_size=) look like a (capacity, item_size) uint8 array, typed rings like 1-D.
         stride = int(info.slot_stride)
-        raw = ffi.buffer(lib.sy_ring_slots(handle), (self.capacity - 1) * stride + self.item_size)
+        # Every view (view_batch, claim, a poller's records) holds the mapping through this buffer:
+        # one kept after close() reads stale items, never unmapped memory.
+        holder = lib.sy_ring_retain(handle)
+        base = ffi.gc(lib.sy_ring_slots(handle), lambda _, holder=holder: lib.sy_ring_free(holder))
+        raw = ffi.buffer(base, (self.capacity - 1) * stride + self.item_size)
         self._slots = (np.ndarray((self.capacity,), dtype=dtype, buffer=raw, strides=(stride,)) if dtype is not None
                        else np.ndarray((self.capacity, self.item_size), np.uint8, buffer=raw, strides=(stride, 1)))
-        self._row_shape = self._slots.shape[1:]
+        self._row_shape, self._row_dtype = self._slots.shape[1:], self._slots.dtype
         self._pack, self._unpack = _scalar_codec(dtype)
         self._int64 = dtype is not None and dtype == np.dtype(np.int64)
 
@@ -226,9 +249,15 @@ class RingBuffer:
                 status = _write_i64(producer, item, t)
             except OverflowError:
                 raise ValueError(f"item {item!r} does not fit dtype int64") from None
+            if status == _SLICE:
+                status = _rewait(_write_i64, (producer, item), t)
         else:
-            status = _write_one(producer, self._encode(item), t)
+            data = self._encode(item)
+            status = _write_one(producer, data, t)
+            if status == _SLICE:
+                status = _rewait(_write_one, (producer, data), t)
         if status:
+            producer = None  # a traceback must not keep a closed ring's producer open
             self._raise(status, "publishing an item", queue.Full)
 
     def publish_batch(self, items, timeout: float | None = None) -> None:
@@ -248,7 +277,14 @@ class RingBuffer:
         written = ffi.new("int64_t *")  # per call: several threads may publish to a multi-producer ring
         status = lib.sy_ring_write(producer, ffi.from_buffer(array), n, t, written)
         if status:
-            self._raise(status, f"publishing a batch ({written[0]} of {n} items published)", queue.Full)
+            done = written[0]
+            while status == _SLICE:  # what went out stays out; the rest follows (signals run in between)
+                t = max(t - WAIT_SLICE_NS, 0) if t > 0 else t
+                status = lib.sy_ring_write(producer, ffi.from_buffer(array[done:]), n - done, t, written)
+                done += written[0]
+            if status:
+                producer = None
+                self._raise(status, f"publishing a batch ({done} of {n} items published)", queue.Full)
 
     @contextlib.contextmanager
     def claim(self, n: int, timeout: float | None = None) -> Iterator[np.ndarray]:
@@ -261,23 +297,26 @@ class RingBuffer:
         t = _timeout_ns(timeout)
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= self.capacity:
             raise ValueError(f"n must be an int in [1, capacity={self.capacity}]; got {n!r}")
-        producer = self._producer_handle()
-        hi = ffi.new("int64_t *")
-        status = lib.sy_ring_claim(producer, int(n), t, hi)
-        if status:
-            self._raise(status, f"claiming {n} slots", queue.Full)
-        lo = hi[0] - n + 1
-        start = lo & (self.capacity - 1)
-        contiguous = start + n <= self.capacity
-        view = self._slots[start:start + n] if contiguous else np.zeros((n, *self._row_shape), self._slots.dtype)
+        producer, slots, n = self._producer_handle(), self._slots, int(n)
+        hi = ffi.new("int64_t *", -1)  # stays -1 unless the claim succeeds: then it must be published
+        view, contiguous = None, True
         try:
+            status = lib.sy_ring_claim(producer, n, t, hi)
+            if status == _SLICE:
+                status = _rewait(lib.sy_ring_claim, (producer, n), t, (hi,))
+            if status:
+                self._raise(status, f"claiming {n} slots", queue.Full)
+            start = (hi[0] - n + 1) & (self.capacity - 1)
+            contiguous = start + n <= self.capacity
+            view = slots[start:start + n] if contiguous else np.zeros((n, *self._row_shape), slots.dtype)
             yield view
         finally:
-            if not contiguous:
-                head = self.capacity - start
-                self._slots[start:] = view[:head]
-                self._slots[:n - head] = view[head:]
-            lib.sy_ring_publish(producer, lo, hi[0])
+            if hi[0] >= 0:  # even on Ctrl-C: a claim never published would stall every consumer
+                if view is not None and not contiguous:
+                    head = self.capacity - start
+                    slots[start:] = view[:head]
+                    slots[:n - head] = view[head:]
+                lib.sy_ring_publish(producer, hi[0] - n + 1, hi[0])
 
     def close_stream(self) -> None:
         """End of stream: producers can publish no more; consumers drain, then get ClosedError."""
@@ -340,29 +379,30 @@ class RingBuffer:
         """Close this process's producer and consumers and unmap the ring.
 
         A consumer that others run after is detached rather than closed: it stays registered,
-        frozen at its last release (see Consumer._close_or_detach).
+        frozen at its last release (see Consumer._leave).
 
         unlink (named rings): remove the name too; by default only the creator does (and, if it
         never calls close, at interpreter exit). Only the segment this ring mapped is removed: a
-        ring re-created under the name since is left alone. Do not call while another thread is
-        inside publish/get on this ring.
+        ring re-created under the name since is left alone.
+
+        Safe while other threads are inside: their waits (get, get_batch, view_batch, publish on
+        a full ring, claim) end with ClosedError, and each C handle is closed, and the ring
+        unmapped, when the last call using it has returned (the handles are freed with their
+        last reference). Views (view_batch, claim, a poller's records) keep the mapping alive.
         """
         if self._closed:
             return
         self._closed = True
+        lib.sy_ring_shutdown(self._handle)  # every wait through this object ends at its next checkpoint
         for consumer in sorted(self._consumers, key=lambda c: -c.index):
-            consumer._close_or_detach()
-        if self._producer is not None:
-            producer, self._producer = self._producer, None
-            ffi.gc(producer, None)  # detach the finaliser: closed here, exactly once
-            lib.sy_ring_producer_close(producer)
+            consumer._leave()
+        self._producer = None  # its finaliser closes it: now, or when the last call inside returns
         self._slots = None
         if self.name is not None and (self._owner if unlink is None else unlink):
             segment.unlink_own(self.name, self._nonce, self._inode)  # while mapped: it pins the inode
         elif self._owner:
             segment.forget_created(self._nonce)  # close(unlink=False): the creator means it to stay
-        ffi.gc(self._handle, None)
-        lib.sy_ring_free(self._handle)
+        self._handle = None  # unmapped with its last reference (a call still inside holds one)
 
     def __enter__(self) -> "RingBuffer":
         return self
@@ -384,6 +424,12 @@ class RingBuffer:
     def _raise(self, status: int, what: str, timeout_exc: type[Exception]) -> None:
         if status == SY_ETIMEDOUT:
             raise timeout_exc(f"{what}: timed out")
+        if status == SY_ECLOSED and self._closed:
+            raise ClosedError(f"{what}: this RingBuffer was closed (by another thread)")
+        if status == _EBUSY:
+            raise RuntimeError(f"{what}: another thread is publishing into this single-producer ring through "
+                               f"the same RingBuffer at this moment (both would take the same slots); use "
+                               f"producer='multi' for several publishing threads, or one thread per ring")
         if status == SY_ECLOSED:
             raise ClosedError(f"{what}: the stream was closed, or a peer process died (see peers())")
         _describe(status, what)
@@ -449,13 +495,15 @@ class Consumer:
             raise ValueError(f"after={after}: every index must name a live consumer of this ring, and a "
                              f"ring has at most {MAX_CONSUMERS} consumers")
         _describe(status, "opening a consumer")
-        # The C handle holds a reference on the mapping, so finalisers may run in any order.
-        self._handle = ffi.gc(out[0], lib.sy_ring_consumer_close)
+        # The C handle holds a reference on the mapping, so finalisers may run in any order; a
+        # consumer that others still run after is detached by it rather than closed.
+        self._handle = ffi.gc(out[0], lib.sy_ring_consumer_leave)
         self.index = int(lib.sy_ring_consumer_index(out[0]))
         self.after = list(after)
         self._n = ffi.new("int64_t *")
         self._hi = ffi.new("int64_t *")
         self._closed = False
+        self._lost = 0  # `lost` once closed
         self._ahead: list = []  # taken by get() ahead of time, last item first
         self._scratch = self._scratch_ptr = None  # get_batch's landing buffer
         if ring._unpack is not None:
@@ -466,8 +514,15 @@ class Consumer:
     @property
     def sequence(self) -> int:
         """The last sequence this consumer released (-1 before the first)."""
-        self._check_open()
-        return int(lib.sy_ring_consumer_sequence(self._handle))
+        handle = self._open_handle()
+        return int(lib.sy_ring_consumer_sequence(handle))
+
+    @property
+    def lost(self) -> int:
+        """Sequences skipped because the producer that claimed them died before publishing
+        (multi-producer rings): they were never published, so no item of a live producer is in it."""
+        handle = self._handle
+        return self._lost if handle is None else int(lib.sy_ring_consumer_lost(handle))
 
     def get(self, timeout: float | None = None):
         """The next item: a Python scalar for plain numeric dtypes, a NumPy record (copy) for
@@ -482,13 +537,18 @@ class Consumer:
         if ahead:
             return ahead.pop()
         t = -1 if timeout is None else _timeout_ns(timeout)
-        if self._closed or self._ring._closed:
+        handle = self._handle  # a local: a close() from another thread cannot free it under the call
+        if handle is None:
             self._check_open()
         ring = self._ring
         if ring._unpack is not None:
-            status = _read_ahead(self._handle, self._ahead_ptr, READ_AHEAD, t, self._n)
+            status = _read_ahead(handle, self._ahead_ptr, READ_AHEAD, t, self._n)
             if status:
-                ring._raise(status, "waiting for an item", queue.Empty)
+                if status == _SLICE:
+                    status = _rewait(_read_ahead, (handle, self._ahead_ptr, READ_AHEAD), t, (self._n,))
+                if status:
+                    handle = None
+                    ring._raise(status, "waiting for an item", queue.Empty)
             n = self._n[0]
             if n == 1:
                 return ring._unpack(self._ahead_buf)[0]
@@ -497,8 +557,11 @@ class Consumer:
             self._ahead = items
             return items.pop()
         item = bytearray(ring.item_size)  # per call: the caller keeps what get() returns
-        status = _read_one(self._handle, ffi.from_buffer(item), t)
+        status = _read_one(handle, ffi.from_buffer(item), t)
+        if status == _SLICE:
+            status = _rewait(_read_one, (handle, ffi.from_buffer(item)), t)
         if status:
+            handle = None
             ring._raise(status, "waiting for an item", queue.Empty)
         if ring.dtype is None:
             return bytes(item)
@@ -510,7 +573,7 @@ class Consumer:
         taken = self._ahead[-k:]
         del self._ahead[-k:]
         taken.reverse()
-        return np.array(taken, dtype=self._ring._slots.dtype)
+        return np.array(taken, dtype=self._ring._row_dtype)
 
     def get_batch(self, max_n: int, timeout: float | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """Up to max_n items that are ready (at least one): a copy, yours to keep.
@@ -524,19 +587,19 @@ class Consumer:
         if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
             raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
         max_n = int(max_n)
-        self._check_open()
+        handle = self._handle  # a local: a close() from another thread cannot free it under the call
+        if handle is None:
+            self._check_open()
         if self._ahead:
             return self._take_ahead(max_n)
         ring = self._ring
         if out is not None:
-            if not isinstance(out, np.ndarray) or out.dtype != ring._slots.dtype \
+            if not isinstance(out, np.ndarray) or out.dtype != ring._row_dtype \
                     or out.shape[1:] != ring._row_shape or not out.flags.c_contiguous \
                     or not out.flags.writeable or len(out) < max_n:
-                raise ValueError(f"out must be a writeable contiguous array of dtype {ring._slots.dtype}, "
+                raise ValueError(f"out must be a writeable contiguous array of dtype {ring._row_dtype}, "
                                  f"item shape {ring._row_shape} and at least max_n={max_n} items")
-            status = lib.sy_ring_read(self._handle, ffi.from_buffer(out), max_n, t, self._n)
-            if status:
-                ring._raise(status, "waiting for a batch", queue.Empty)
+            self._read(handle, ffi.from_buffer(out), max_n, t)
             return out[:self._n[0]]
         max_n = min(max_n, ring.capacity)  # never more is ready
         if max_n * ring.item_size <= SCRATCH_BYTES:
@@ -544,26 +607,42 @@ class Consumer:
             # a NumPy copy sized to what came: every C call releases the GIL, and with another
             # Python thread running each release costs a GIL handoff (docs/ring.md, threads batched).
             scratch, pointer = self._scratch_for(max_n)
-            status = lib.sy_ring_read(self._handle, pointer, max_n, t, self._n)
+            status = lib.sy_ring_read(handle, pointer, max_n, t, self._n)  # per batch: no extra call
             if status:
-                ring._raise(status, "waiting for a batch", queue.Empty)
+                self._read(handle, pointer, max_n, t, status)
             return scratch[:self._n[0]].copy()
         # Large items: wait, then allocate exactly what is ready (no max_n-sized scratch to keep).
-        status = lib.sy_ring_wait_for(self._handle, t, self._hi)
-        if status:
-            ring._raise(status, "waiting for a batch", queue.Empty)
-        n = min(self._hi[0] - lib.sy_ring_consumer_sequence(self._handle), max_n)
-        batch = np.empty((n, *ring._row_shape), dtype=ring._slots.dtype)
-        status = lib.sy_ring_read(self._handle, ffi.from_buffer(batch), n, 0, self._n)
-        if status:  # the n items were ready a moment ago and only we consume them
-            ring._raise(status, "reading a batch", queue.Empty)
+        self._wait(handle, t)
+        n = min(self._hi[0] - lib.sy_ring_consumer_sequence(handle), max_n)
+        batch = np.empty((n, *ring._row_shape), dtype=ring._row_dtype)
+        self._read(handle, ffi.from_buffer(batch), n, 0)  # ready a moment ago, and only we consume them
         return batch
+
+    def _read(self, handle, pointer, max_n: int, t: int, status: int | None = None) -> None:
+        """sy_ring_read into pointer (self._n[0] items), in wait slices; raises what a failure means.
+        status: what the caller's own first call returned, if it made one."""
+        if status is None:
+            status = lib.sy_ring_read(handle, pointer, max_n, t, self._n)
+        if status == _SLICE:
+            status = _rewait(lib.sy_ring_read, (handle, pointer, max_n), t, (self._n,))
+        if status:
+            handle = None
+            self._ring._raise(status, "waiting for a batch", queue.Empty)
+
+    def _wait(self, handle, t: int) -> None:
+        """sy_ring_wait_for (the last readable sequence in self._hi[0]), in wait slices."""
+        status = lib.sy_ring_wait_for(handle, t, self._hi)
+        if status == _SLICE:
+            status = _rewait(lib.sy_ring_wait_for, (handle,), t, (self._hi,))
+        if status:
+            handle = None
+            self._ring._raise(status, "waiting for a batch", queue.Empty)
 
     def _scratch_for(self, n: int):
         """A buffer of at least n items (grown, never shrunk; at most the ring's capacity)."""
         if self._scratch is None or len(self._scratch) < n:
             ring = self._ring
-            self._scratch = np.empty((n, *ring._row_shape), dtype=ring._slots.dtype)
+            self._scratch = np.empty((n, *ring._row_shape), dtype=ring._row_dtype)
             self._scratch_ptr = ffi.from_buffer(self._scratch)
         return self._scratch, self._scratch_ptr
 
@@ -578,25 +657,23 @@ class Consumer:
         t = _timeout_ns(timeout)
         if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
             raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
-        self._check_open()
+        handle = self._open_handle()
         if self._ahead:  # what get() already took comes first (already released: a copy)
             taken = self._take_ahead(int(max_n))
             taken.flags.writeable = False
             yield taken
             return
-        ring = self._ring
-        status = lib.sy_ring_wait_for(self._handle, t, self._hi)
-        if status:
-            ring._raise(status, "waiting for a batch", queue.Empty)
-        lo = lib.sy_ring_consumer_sequence(self._handle) + 1
+        ring, slots = self._ring, self._ring._slots
+        self._wait(handle, t)
+        lo = lib.sy_ring_consumer_sequence(handle) + 1
         start = lo & (ring.capacity - 1)
         n = min(self._hi[0] - lo + 1, int(max_n), ring.capacity - start)
-        view = ring._slots[start:start + n]
+        view = slots[start:start + n]  # holds the mapping: kept past close(), it reads stale items
         view.flags.writeable = False
         try:
             yield view
         finally:
-            lib.sy_ring_release(self._handle, lo + n - 1)
+            lib.sy_ring_release(handle, lo + n - 1)
 
     def __iter__(self) -> Iterator:
         """Items until the stream is closed and drained."""
@@ -610,26 +687,36 @@ class Consumer:
         """Leave the ring; consumers that run after this one must be closed first."""
         if self._closed:
             return
-        status = lib.sy_ring_consumer_close(self._handle)
+        handle = self._handle
+        self._lost = int(lib.sy_ring_consumer_lost(handle))
+        status = lib.sy_ring_consumer_close(handle)
         if status == SY_EINVAL:
             raise ValueError(f"consumer {self.index} still has consumers running after it: close them first")
         _describe(status, "closing a consumer")
-        ffi.gc(self._handle, None)
+        ffi.gc(handle, None)
+        self._handle = None
         self._closed = True
 
-    def _close_or_detach(self) -> None:
-        """Close; or, when other consumers (of other processes) run after this one, detach: stay
-        registered with the sequence frozen so they drain up to it, and stop being liveness-checked."""
-        try:
-            self.close()
-        except ValueError:
-            ffi.gc(self._handle, None)
-            lib.sy_ring_consumer_detach(self._handle)
-            self._closed = True
+    def _leave(self) -> None:
+        """The ring's close(): drop the handle. Its finaliser closes it (or, when consumers of other
+        processes run after this one, detaches it: registered, its sequence frozen so they drain up
+        to it), now or, if another thread is inside a call on it, when that call returns."""
+        if self._closed:
+            return
+        self._lost = int(lib.sy_ring_consumer_lost(self._handle))
+        self._closed = True
+        self._handle = None
+
+    def _open_handle(self):
+        """The C handle, in a local of the caller: a close() from another thread cannot free it
+        while the caller's call is inside."""
+        handle = self._handle
+        if handle is None or self._ring._closed:
+            raise ClosedError("this consumer (or its ring) was closed")
+        return handle
 
     def _check_open(self) -> None:
-        if self._closed or self._ring._closed:
-            raise ClosedError("this consumer (or its ring) was closed")
+        self._open_handle()
 
     def __enter__(self) -> "Consumer":
         return self
@@ -658,7 +745,7 @@ class EventPoller:
     released once handled, so consumers after this one see them only then. If the handler raises,
     the events before it stay handled and the one that raised comes again on the next poll (as in
     the Disruptor); the exception propagates. After close_stream() and once drained, poll raises
-    ClosedError. A poll does not check for dead peers: use `rb.peers()` if a producer may die.
+    ClosedError. A dead producer's open claim is skipped and counted in `lost`.
     """
 
     def __init__(self, consumer: Consumer):
@@ -675,30 +762,35 @@ class EventPoller:
         """The last sequence handled (and released)."""
         return self._consumer.sequence
 
+    @property
+    def lost(self) -> int:
+        """Sequences skipped because their producer died before publishing (Consumer.lost)."""
+        return self._consumer.lost
+
     def poll(self, handler) -> PollState:
         c = self._consumer
-        c._check_open()
-        status = lib.sy_ring_poll_ready(c._handle, c._hi)
+        handle, slots = c._open_handle(), c._ring._slots
+        status = lib.sy_ring_poll_ready(handle, c._hi)
         if status < 0:
+            handle = None
             c._ring._raise(status, "polling", queue.Empty)
         if status != lib.SY_POLL_PROCESSING:
             return PollState(status)
-        lo, hi = lib.sy_ring_consumer_sequence(c._handle) + 1, c._hi[0]
+        lo, hi = lib.sy_ring_consumer_sequence(handle) + 1, c._hi[0]
         handled = lo - 1
         try:
-            for sequence, event in self._events(lo, hi):
+            for sequence, event in self._events(slots, lo, hi):
                 go_on = handler(event, sequence, sequence == hi)
                 handled = sequence
                 if go_on is False:
                     break
         finally:
             if handled >= lo:
-                lib.sy_ring_release(c._handle, handled)
+                lib.sy_ring_release(handle, handled)
         return PollState.PROCESSING
 
-    def _events(self, lo: int, hi: int) -> Iterator[tuple[int, object]]:
+    def _events(self, slots: np.ndarray, lo: int, hi: int) -> Iterator[tuple[int, object]]:
         """(sequence, event) for lo..hi, read from the ring in at most two pieces (the wrap)."""
-        slots = self._consumer._ring._slots
         capacity = self._mask + 1
         s = lo
         while s <= hi:

@@ -122,3 +122,63 @@ def test_bad_wiring():
     with pytest.raises(ValueError, match="batch_size"):
         sy.Disruptor(16, np.int64, batch_size=0)
     d.ring.close()
+
+
+def _in_thread(fn):
+    box = {}
+
+    def run():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects whatever came out
+            box["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, box
+
+
+def test_shutdown_timeout_is_kept_when_a_handler_never_returns():
+    """shutdown(timeout=1) comes back with TimeoutError although the handler is stuck for a minute
+    (before: it joined the handler thread, 11.8 s for a 10 s handler); the ring is closed."""
+    release = threading.Event()
+    d = sy.Disruptor(16, np.int64)
+    d.handle_events_with(lambda events, seq, end: release.wait(60))
+    d.start()
+    d.publish(1)
+    t, box = _in_thread(lambda: d.shutdown(timeout=1))
+    t.join(30)  # far below the handler's 60 s: still inside shutdown here means it waited for it
+    release.set()
+    assert not t.is_alive(), "shutdown(timeout=1) waited for the stuck handler"
+    assert isinstance(box.get("error"), TimeoutError) and "still inside a handler call" in str(box["error"])
+    assert d.ring.closed
+
+
+def test_a_dead_handler_without_exception_handler_stops_the_publisher():
+    """The handler dies at its first event; the publisher of more than the ring holds gets
+    ClosedError caused by the handler's error (before: publish_batch hung forever)."""
+    def dies(events, sequence, end_of_batch):
+        raise ValueError("handler died")
+
+    d = sy.Disruptor(16, np.int64)
+    d.handle_events_with(dies)
+    d.start()
+    t, box = _in_thread(lambda: [d.publish_batch(np.arange(8, dtype=np.int64)) for _ in range(100)])
+    t.join(30)
+    assert not t.is_alive(), "publish_batch hung behind a dead handler"
+    error = box.get("error")
+    assert isinstance(error, sy.ClosedError) and isinstance(error.__cause__, ValueError), box
+    with pytest.raises(ValueError, match="handler died"):
+        d.shutdown(timeout=10)
+
+
+def test_a_handlers_keyboard_interrupt_is_re_raised_by_shutdown():
+    def interrupted(events, sequence, end_of_batch):
+        raise KeyboardInterrupt
+
+    d = sy.Disruptor(16, np.int64)
+    d.handle_events_with(interrupted, Recorder())
+    d.start()
+    d.publish_batch(np.arange(4, dtype=np.int64))
+    with pytest.raises(KeyboardInterrupt):
+        d.shutdown(timeout=10)

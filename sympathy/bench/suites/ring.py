@@ -228,6 +228,21 @@ def _ctx():
     return mp.get_context("fork")
 
 
+def _child(target, *args):
+    """A daemon child that leaves Ctrl-C to its parent: the terminal sends SIGINT to both, and a
+    child stuck at exit (multiprocessing.Queue's feeder thread flushing into a pipe nobody reads)
+    made the parent's exit wait for it, so `sympathy demo ring` needed a second Ctrl-C. The parent
+    raises KeyboardInterrupt and its exit terminates daemon children."""
+    return _ctx().Process(target=_ignoring_sigint, args=(target, *args), daemon=True)
+
+
+def _ignoring_sigint(target, *args) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    target(*args)
+
+
 def _ring_child(name: str, n: int, batch: int, go) -> None:
     from ...ring import RingBuffer
 
@@ -252,7 +267,7 @@ def py_processes_ring(n: int, batch: int, wait: str = "yield", capacity: int = 1
     go = ctx.Event()
     with RingBuffer(capacity, np.int64, name=name, wait=wait) as rb:
         c = rb.consumer()
-        child = ctx.Process(target=_ring_child, args=(name, n, batch, go))
+        child = _child(_ring_child, name, n, batch, go)
         child.start()
         time.sleep(0.05)  # let the child attach before the clock starts
         t0 = time.perf_counter()
@@ -282,7 +297,7 @@ def _mpqueue_child(q, n: int, batch: int, go) -> None:
 def py_processes_mpqueue(n: int, batch: int) -> float:
     ctx = _ctx()
     q, go = ctx.Queue(maxsize=1 << 14), ctx.Event()
-    child = ctx.Process(target=_mpqueue_child, args=(q, n, batch, go))
+    child = _child(_mpqueue_child, q, n, batch, go)
     child.start()
     t0 = time.perf_counter()
     go.set()
@@ -308,7 +323,7 @@ def py_processes_pipe(n: int, batch: int) -> float:
     ctx = _ctx()
     receive, send = ctx.Pipe(duplex=False)
     go = ctx.Event()
-    child = ctx.Process(target=_pipe_child, args=(send, n, batch, go))
+    child = _child(_pipe_child, send, n, batch, go)
     child.start()
     t0 = time.perf_counter()
     go.set()
@@ -335,7 +350,7 @@ def py_processes_faster_fifo(n: int, batch: int) -> float:
 
     ctx = _ctx()
     q, go = faster_fifo.Queue(max_size_bytes=64 << 20), ctx.Event()
-    child = ctx.Process(target=_fifo_child, args=(q, n, batch, go))
+    child = _child(_fifo_child, q, n, batch, go)
     child.start()
     t0 = time.perf_counter()
     go.set()

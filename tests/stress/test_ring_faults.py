@@ -1,0 +1,43 @@
+"""Fault injection (issue 15): 100 runs per wait strategy, each killing a random peer (producer,
+consumer or EventPoller handler) at a random moment; see ring_fault_runs.py for the run and the
+allowed and forbidden outcomes. Two worker processes of 50 runs each per strategy (2 cores)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.stress
+
+RUNS = 100
+WORKERS = 2
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.parametrize("wait", ["busy_spin", "yield", "sleep", "blocking"])
+def test_killing_a_random_peer_loses_no_live_item(wait):
+    workers = [subprocess.Popen([sys.executable, os.path.join(HERE, "ring_fault_runs.py"), "--wait", wait,
+                                 "--runs", str(RUNS // WORKERS), "--seed", str(1000 * w)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for w in range(WORKERS)]
+    summaries = []
+    try:
+        for worker in workers:
+            out, err = worker.communicate(timeout=600)
+            assert worker.returncode == 0, f"worker exit status {worker.returncode}:\n{out}\n{err}"
+            summaries.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for worker in workers:
+            worker.kill()
+    runs = sum(s["runs"] for s in summaries)
+    failures = [f for s in summaries for f in s["failures"]]
+    kills = {}
+    for s in summaries:
+        for role, n in s["kills"].items():
+            kills[role] = kills.get(role, 0) + n
+    print(f"{wait}: {runs} runs, kills {kills}, {sum(s['items'] for s in summaries)} items verified, "
+          f"{sum(s['lost'] for s in summaries)} sequences of dead producers skipped")
+    assert runs == RUNS
+    assert not failures, failures
+    assert kills.get("producer", 0) and kills.get("consumer", 0) and kills.get("handler", 0)
