@@ -31,13 +31,14 @@ def header_cdef(header: Path) -> str:
     return body
 
 
-def subject_ffibuilder(subject: str, *, extra_sources: list[str] = (), libraries: list[str] = (),
-                       extra_cflags: list[str] = ()) -> FFI:
-    """An FFI builder for sympathy._<subject> made from c_src/<subject>.h and c_src/<subject>.c."""
+def subject_ffibuilder(subject: str, *, sources: list[str] | None = None, extra_sources: list[str] = (),
+                       libraries: list[str] = (), extra_cflags: list[str] = ()) -> FFI:
+    """An FFI builder for sympathy._<subject> made from c_src/<subject>.h and c_src/<subject>.c
+    (or, for a subject split into several files, the c_src/ files named in `sources`)."""
     header = C_SRC / f"{subject}.h"
     ffibuilder = FFI()
     ffibuilder.cdef(header_cdef(header))
-    sources = [C_SRC / f"{subject}.c", *(C_SRC / s for s in extra_sources)]
+    sources = [C_SRC / s for s in (sources or [f"{subject}.c"]) + list(extra_sources)]
     ffibuilder.set_source(
         f"sympathy._{subject}",
         f'#include "{subject}.h"\n',

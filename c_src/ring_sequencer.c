@@ -1,0 +1,322 @@
+/* ring_sequencer.c: sequences and sequencers: how producers claim slots and publish them.
+ *
+ * Hardware fact served: the cursor is the one line every producer of a multi-producer ring writes,
+ * so a claim is a single fetch-add (or compare-and-swap) on it, and a single producer needs no
+ * atomic read-modify-write at all: its claim is private arithmetic on its own block, and it reads
+ * the consumers' sequences only when its cached minimum says the ring may be full (about once a
+ * lap). Each slot says itself that it is published, in the line that carries the item.
+ */
+#include "ring_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- producers ------------------------------------------------------------------------------------ */
+
+/* Under the registration lock: frees the records of dead producers. A single producer's record
+ * always goes (the new producer takes over at the cursor); a multi producer's only with no claim
+ * open, because the consumers read who may own a hole from it. Returns how many were freed. */
+static int reclaim_dead_producers(sy_ring *r) {
+    int freed = 0;
+    for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++) {
+        sy_producer_record *rec = &r->header->producers[i];
+        int64_t pid = atomic_load_explicit(&rec->pid, memory_order_acquire);
+        if (!pid || pid_alive(pid)) continue;
+        if (r->producer_kind == SY_RING_MULTI_PRODUCER && atomic_load_explicit(&rec->open_claims, memory_order_acquire))
+            continue;
+        atomic_store_explicit(&rec->pid, 0, memory_order_release);
+        atomic_fetch_sub_explicit(&r->header->registry.producers, 1, memory_order_relaxed);
+        freed++;
+    }
+    return freed;
+}
+
+/* Multi producer, before a claim: count it open, and if it is this handle's only one, lower the
+ * floor to the cursor seen BEFORE counting. Every claim made while the count stays above zero
+ * comes after that read (acq_rel on the count chains each later claimer's cursor read after it),
+ * so the floor never passes an open claim. The claim's own cursor RMW is a release that carries
+ * both to a consumer that acquires the cursor (abandon_dead_claim). */
+static void open_claim(sy_ring_producer *p) {
+    sy_producer_record *rec = &p->ring->header->producers[p->record];
+    int64_t seen = atomic_load_explicit(p->ring->cursor, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&rec->open_claims, 1, memory_order_acq_rel) == 0)
+        atomic_store_explicit(&rec->claim_floor, seen + 1, memory_order_relaxed);
+}
+
+/* release: a consumer that sees the count drop sees the slots published before it */
+static void close_claim(sy_ring_producer *p) {
+    atomic_fetch_sub_explicit(&p->ring->header->producers[p->record].open_claims, 1, memory_order_release);
+}
+
+int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
+    sy_ring_registry *reg = &r->header->registry;
+    if (atomic_load_explicit(&reg->closed, memory_order_acquire)) return SY_ECLOSED;
+    sy_ring_producer *p = aligned_alloc(SY_DESTRUCTIVE_SIZE, align_up(sizeof *p, SY_DESTRUCTIVE_SIZE));
+    if (!p) return SY_ENOMEM;
+    int status = registry_lock(r);
+    if (status != SY_OK) {
+        free(p);
+        return status;
+    }
+    int record = -1;
+    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) reclaim_dead_producers(r);
+    if (r->producer_kind == SY_RING_SINGLE_PRODUCER && atomic_load_explicit(&reg->producers, memory_order_relaxed) > 0) {
+        status = SY_EINVAL;  /* a single-producer ring has exactly one producer */
+    } else {
+        for (int i = 0; i < SY_RING_MAX_PRODUCERS && record < 0; i++)
+            if (atomic_load_explicit(&r->header->producers[i].pid, memory_order_relaxed) == 0) record = i;
+        if (record < 0 && reclaim_dead_producers(r) > 0) {
+            for (int i = 0; i < SY_RING_MAX_PRODUCERS && record < 0; i++)
+                if (atomic_load_explicit(&r->header->producers[i].pid, memory_order_relaxed) == 0) record = i;
+        }
+        if (record < 0) status = SY_EINVAL;
+    }
+    if (status == SY_OK) {
+        atomic_store_explicit(&r->header->producers[record].open_claims, 0, memory_order_relaxed);
+        atomic_store_explicit(&r->header->producers[record].heartbeat_ns, (int64_t)sy_now_ns(), memory_order_relaxed);
+        atomic_store_explicit(&r->header->producers[record].pid, (int64_t)getpid(), memory_order_release);
+        atomic_fetch_add_explicit(&reg->producers, 1, memory_order_relaxed);
+    }
+    registry_unlock(r);
+    if (status != SY_OK) {
+        free(p);
+        return status;
+    }
+    ring_retain(r);
+    p->ring = r;
+    p->record = record;
+    p->next_claim = atomic_load_explicit(r->cursor, memory_order_acquire);
+    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) {
+        /* Taking over from a producer that died after publishing slots but before storing the
+         * cursor: those items were (or will be) delivered, so claiming starts after them. */
+        int64_t start = p->next_claim;
+        for (int64_t lap_end = start + ring_capacity(r); start < lap_end && slot_published(r, start + 1);) start++;
+        if (start != p->next_claim) atomic_store_explicit(r->cursor, start, memory_order_release);
+        p->next_claim = start;
+    }
+    p->gating_cache = NO_SEQUENCE;
+    atomic_init(&p->busy, 0);
+    atomic_init(&p->claimer, 0);
+    *out = p;
+    return SY_OK;
+}
+
+void sy_ring_producer_close(sy_ring_producer *p) {
+    if (!p) return;
+    sy_ring *r = p->ring;
+    if (registry_lock(r) == SY_OK) {
+        atomic_store_explicit(&r->header->producers[p->record].pid, 0, memory_order_release);
+        atomic_fetch_sub_explicit(&r->header->registry.producers, 1, memory_order_relaxed);
+        registry_unlock(r);
+    }
+    free(p);
+    sy_ring_free(r);
+}
+
+struct space_probe {
+    sy_ring *ring;
+    int64_t no_consumers_value;
+};
+
+/* "Ready" when the minimum gating sequence has reached the wrap point we need. */
+static int64_t probe_space(void *ctx, int64_t wrap_point) {
+    (void)wrap_point;  /* the wait compares the minimum with it */
+    struct space_probe *s = ctx;
+    return minimum_gating(s->ring, s->no_consumers_value);
+}
+
+static int wait_for_space(sy_ring_producer *p, int64_t wrap_point, int64_t claimed, int64_t timeout_ns,
+                          int64_t *gating) {
+    struct space_probe probe = {.ring = p->ring, .no_consumers_value = claimed};
+    struct sy_wait w = {.ring = p->ring, .probe = probe_space, .ctx = &probe, .want = wrap_point,
+                        .timeout_ns = timeout_ns, .side = WAITING_FOR_SPACE,
+                        .heartbeat = &p->ring->header->producers[p->record].heartbeat_ns};
+    return wait_for(&w, gating);
+}
+
+/* Two threads claiming through one single-producer handle would take the same sequences: the
+ * second is refused while a claim is open (claim to publish). A locked exchange drains the store
+ * buffer (measured: 5 % of a one-thread publish_batch + get_batch loop, whose 8 KB of copies sit
+ * there), so only a thread other than the last claimer pays it (acquire: it sees the previous
+ * claimer's state); the last claimer re-enters with a plain load and store. Asked for by the Python
+ * layer, whose one object any thread may call; a C caller keeps the handle to one thread. The one
+ * race left: a newcomer's exchange landing between the last claimer's load and the moment its store
+ * leaves its store buffer (tens of ns; under the GIL the newcomer starts microseconds later). */
+static bool enter_single_claim(sy_ring_producer *p) {
+    uintptr_t self = (uintptr_t)pthread_self();
+    if (atomic_load_explicit(&p->claimer, memory_order_relaxed) == self) {
+        if (atomic_load_explicit(&p->busy, memory_order_relaxed)) return false;  /* a nested claim */
+        atomic_store_explicit(&p->busy, 1, memory_order_relaxed);
+        return true;
+    }
+    if (atomic_exchange_explicit(&p->busy, 1, memory_order_acquire)) return false;
+    atomic_store_explicit(&p->claimer, self, memory_order_relaxed);
+    return true;
+}
+
+/* Single producer: nobody else moves the cursor, so the claim is private arithmetic; the shared
+ * gating sequences are read only when the cached minimum says the ring might be full. */
+static int claim_single(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *hi) {
+    if (p->ring->refuse_concurrent_claims && !enter_single_claim(p)) return SY_RING_EBUSY;
+    int64_t next = p->next_claim + n;
+    int64_t wrap_point = next - ring_capacity(p->ring);
+    if (wrap_point > p->gating_cache) {
+        int64_t gating;
+        int status = wait_for_space(p, wrap_point, p->next_claim, timeout_ns, &gating);
+        if (status != SY_OK) {
+            atomic_store_explicit(&p->busy, 0, memory_order_release);
+            return status;
+        }
+        p->gating_cache = gating;
+    }
+    p->next_claim = next;
+    *hi = next;
+    return SY_OK;
+}
+
+/* Multi producer, no deadline: fetch-add claims first and waits for space after (LMAX's next()).
+ * One uncontended RMW, but a claim cannot be undone, so it is used only when the caller will wait
+ * as long as the consumers live; a dead consumer or a closed stream still ends the wait. */
+static int claim_multi_untimed(sy_ring_producer *p, int64_t n, int64_t *hi) {
+    sy_ring *r = p->ring;
+    open_claim(p);
+    int64_t current = atomic_fetch_add_explicit(r->cursor, n, memory_order_release);  /* see open_claim */
+    int64_t next = current + n;
+    int64_t wrap_point = next - ring_capacity(r);
+    int64_t cached = atomic_load_explicit(r->gating_cache, memory_order_acquire);
+    /* cached > current: the cache predates a consumer joining at the cursor; refresh it. */
+    if (wrap_point > cached || cached > current) {
+        int64_t gating;
+        int status = wait_for_space(p, wrap_point, current, -1, &gating);
+        if (status != SY_OK) return status;
+        /* release: a producer trusting this cache inherits our acquire of the consumer sequences */
+        atomic_store_explicit(r->gating_cache, gating, memory_order_release);
+    }
+    *hi = next;
+    return SY_OK;
+}
+
+/* Multi producer with a deadline: claim by compare-and-swap only once the space is there (LMAX's
+ * tryNext), so a timeout leaves no claimed-but-never-published hole behind. */
+static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *hi) {
+    sy_ring *r = p->ring;
+    int64_t deadline = deadline_from(timeout_ns);
+    open_claim(p);
+    for (;;) {
+        int64_t current = atomic_load_explicit(r->cursor, memory_order_relaxed);
+        int64_t next = current + n;
+        int64_t wrap_point = next - ring_capacity(r);
+        int64_t cached = atomic_load_explicit(r->gating_cache, memory_order_acquire);
+        if (wrap_point > cached || cached > current) {
+            int64_t gating = minimum_gating(r, current);
+            if (wrap_point > gating) {
+                int64_t left = deadline - (int64_t)sy_now_ns();
+                int status = wait_for_space(p, wrap_point, current, left > 0 ? left : 0, &gating);
+                if (status != SY_OK) {
+                    close_claim(p);  /* nothing was claimed */
+                    return status;
+                }
+            }
+            atomic_store_explicit(r->gating_cache, gating, memory_order_release);
+            if (wrap_point > gating) continue;
+        }
+        if (atomic_compare_exchange_weak_explicit(r->cursor, &current, next, memory_order_release,
+                                                  memory_order_relaxed)) {  /* release: see open_claim */
+            *hi = next;
+            return SY_OK;
+        }
+    }
+}
+
+int sy_ring_claim(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *hi) {
+    if (n < 1 || n > ring_capacity(p->ring)) return SY_EINVAL;
+    if (atomic_load_explicit(&p->ring->header->registry.closed, memory_order_relaxed)) return SY_ECLOSED;
+    if (p->ring->producer_kind == SY_RING_SINGLE_PRODUCER) return claim_single(p, n, timeout_ns, hi);
+    /* A sliced wait returns before its claim exists only in the compare-and-swap form. */
+    bool untimed = timeout_ns < 0 && p->ring->wait_slice_ns == 0;
+    return untimed ? claim_multi_untimed(p, n, hi) : claim_multi_timed(p, n, timeout_ns, hi);
+}
+
+/* Each slot says for itself that it is in (release: its item, written before, is visible to a
+ * consumer that acquires the header). One rule for both sequencers: under a multi producer a
+ * consumer never reads a slot that a slower producer, holding an earlier claim, has not finished
+ * (LMAX's availableBuffer, here in the slot's own line). */
+static inline void mark_published(sy_ring *r, int64_t sequence) {
+    atomic_store_explicit(&slot_header(r, sequence)->published_plus_one, sequence + 1, memory_order_release);
+}
+
+/* After the headers. Single producer: the cursor says "everything up to hi", so a consumer far
+ * behind learns a whole batch from one line instead of scanning headers; nobody reads it on the
+ * item-at-a-time path, so its line stays in our cache and the store costs no transfer there. */
+static inline void finish_publish(sy_ring_producer *p, int64_t hi) {
+    sy_ring *r = p->ring;
+    if (r->producer_kind == SY_RING_SINGLE_PRODUCER) {
+        atomic_store_explicit(r->cursor, hi, memory_order_release);
+        atomic_store_explicit(&p->busy, 0, memory_order_release);  /* the claim is closed */
+    } else {
+        close_claim(p);
+    }
+    wake_waiters(r);
+}
+
+void sy_ring_publish(sy_ring_producer *p, int64_t lo, int64_t hi) {
+    for (int64_t s = lo; s <= hi; s++) mark_published(p->ring, s);
+    finish_publish(p, hi);
+}
+
+
+/* Copy n items in, publishing each slot as its item lands: one pass over the slot lines, and a
+ * consumer may start on the first items while the last are still being copied. 8-byte items
+ * (int64, float64: the Python fast paths) get a fixed-size copy, which compiles to one move. */
+static void copy_in_and_publish(sy_ring *r, int64_t lo, const unsigned char *src, int64_t n) {
+    const size_t size = (size_t)r->slot_size, stride = (size_t)r->slot_stride;
+    for (int64_t done = 0, run; done < n; done += run) {
+        int64_t sequence = lo + done;
+        run = run_before_end(r, sequence, n - done);
+        unsigned char *slot = (unsigned char *)slot_header(r, sequence);
+        for (int64_t i = 0; i < run; i++, slot += stride, src += size) {
+            if (size == sizeof(int64_t)) memcpy(slot + SLOT_HEADER_BYTES, src, sizeof(int64_t));
+            else memcpy(slot + SLOT_HEADER_BYTES, src, size);
+            /* release: the item above before the header (as in mark_published) */
+            atomic_store_explicit(&((sy_slot_header *)slot)->published_plus_one, sequence + i + 1,
+                                  memory_order_release);
+        }
+    }
+}
+
+int sy_ring_write(sy_ring_producer *p, const void *items, int64_t n, int64_t timeout_ns, int64_t *written) {
+    sy_ring *r = p->ring;
+    const unsigned char *src = items;
+    int64_t deadline = deadline_from(timeout_ns);
+    *written = 0;
+    if (n < 0) return SY_EINVAL;
+    while (*written < n) {
+        int64_t chunk = n - *written < ring_capacity(r) ? n - *written : ring_capacity(r);
+        int64_t left = timeout_ns < 0 ? -1 : deadline - (int64_t)sy_now_ns();
+        int64_t hi;
+        int status = sy_ring_claim(p, chunk, timeout_ns < 0 ? -1 : (left > 0 ? left : 0), &hi);
+        if (status != SY_OK) return status;
+        copy_in_and_publish(r, hi - chunk + 1, src + *written * r->slot_size, chunk);
+        finish_publish(p, hi);
+        *written += chunk;
+    }
+    return SY_OK;
+}
+
+int sy_ring_write_one(sy_ring_producer *p, const void *item, int64_t timeout_ns) {
+    int64_t hi;
+    int status = sy_ring_claim(p, 1, timeout_ns, &hi);
+    if (status != SY_OK) return status;
+    memcpy(item_at(p->ring, hi), item, (size_t)p->ring->slot_size);
+    mark_published(p->ring, hi);
+    finish_publish(p, hi);
+    return SY_OK;
+}
+
+/* The Python per-item fast path for 8-byte items: an int64 crosses the FFI as a plain argument,
+ * with no bytes object to build or parse. */
+int sy_ring_write_i64(sy_ring_producer *p, int64_t value, int64_t timeout_ns) {
+    if (p->ring->slot_size != (int64_t)sizeof value) return SY_EINVAL;
+    return sy_ring_write_one(p, &value, timeout_ns);
+}
