@@ -1,4 +1,4 @@
-/* ring.h: a Disruptor-style lock-free ring buffer (c_src/ring.c) and its C-level benchmarks
+/* ring.h: a Disruptor-style lock-free ring buffer (c_src/ring_*.c, one file per concept) and its C-level benchmarks
  * (c_src/ring_bench.c).
  *
  * One ring is one memory region: a header of 128-byte blocks (sequences, registries, liveness

@@ -431,7 +431,7 @@ int sy_bench_pingpong_flags(int64_t rounds, const int *cpus, int n_cpus, int64_t
 }
 
 /* ---- false-sharing ablation --------------------------------------------------------------------------
- * THE ring (ring.c, unchanged code), one producer and one consumer passing one int64 at a time,
+ * THE ring (c_src/ring_*.c, unchanged code), one producer and one consumer passing one int64 at a time,
  * created with its hot sequences 128 B apart (its normal layout), 64 B apart (adjacent lines, which
  * the L2 spatial prefetcher pairs), or packed 8 B apart in one line. The producer stores the cursor
  * on every publish and the consumer its sequence on every read: packed, each store has to take the

@@ -2,7 +2,7 @@
 
     import sympathy as sy
     sy.matmul(a, b, kernel="packed")        # c_src/matmul.c
-    sy.RingBuffer(1024, dtype=np.int64)     # c_src/ring.c
+    sy.RingBuffer(1024, dtype=np.int64)     # c_src/ring_*.c
     sy.lab.false_sharing(threads=2)         # c_src/lab.c
     sy.attention.cpu(q, k, v)               # c_src/attention.c
 

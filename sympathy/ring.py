@@ -1,4 +1,4 @@
-"""A Disruptor-style lock-free ring buffer for threads and processes (C core in c_src/ring.c).
+"""A Disruptor-style lock-free ring buffer for threads and processes (C core in c_src/ring_*.c).
 
     rb = sy.RingBuffer(1024, dtype=np.int64)          # private memory: threads of this process
     c = rb.consumer()                                 # create consumers before publishing

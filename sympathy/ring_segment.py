@@ -1,4 +1,4 @@
-"""The ring's named shared-memory segment, from Python (the C side is the segment part of c_src/ring.c).
+"""The ring's named shared-memory segment, from Python (the C side is c_src/ring_segment.c).
 
 Names; creation that reclaims a stale segment and explains a full /dev/shm; foreign segments refused
 with a message that says whose they are; the creator's segments removed when its interpreter exits,

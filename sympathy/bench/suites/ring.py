@@ -94,7 +94,7 @@ def c_pingpong_flags(rounds: int) -> dict:
 
 
 def c_false_sharing(padding: int, items: int) -> dict:
-    """The ring itself (ring.c), SPSC, one int64 at a time, its hot sequences `padding` bytes apart
+    """The ring itself (c_src/ring_*.c), SPSC, one int64 at a time, its hot sequences `padding` bytes apart
     (8: packed in one line, 64, or 128: the ring's own layout)."""
     ffi, lib = _lib()
     cpus, n = _cpus(2)
