@@ -39,11 +39,11 @@ def _python(code: str, cwd: Path, *flags: str, env_path: str | None = None) -> s
 
 def test_an_unbuilt_checkout_first_on_the_path_takes_the_installed_modules(unbuilt_checkout):
     # The newcomer's case: `pip install .`, then `python -m pytest` or a script in the checkout.
-    done = _python("import sympathy, sympathy.ring; print(sympathy.__path__[0]); print(sympathy.ring.__file__)",
+    done = _python("import sympathy, sympathy.ring.buffer; print(sympathy.__path__[0]); print(sympathy.ring.buffer.__file__)",
                    unbuilt_checkout, env_path=str(package_parent()))
     assert done.returncode == 0, done.stderr
     path, ring = done.stdout.split()
-    assert Path(path) == PACKAGE and Path(ring).parent == PACKAGE
+    assert Path(path) == PACKAGE and Path(ring).parent == PACKAGE / "ring"
     assert "CheckoutNotBuiltWarning" in done.stderr and "pip install -e" in done.stderr
 
 

@@ -17,8 +17,8 @@ import warnings
 
 import numpy as np
 
-from ._errors import SY_EOS, check
-from ._ring import ffi, lib
+from .._errors import SY_EOS, check
+from .._ring import ffi, lib
 
 SHM_DIR = "/dev/shm"  # where glibc's shm_open keeps named segments
 NAME_MAX = lib.SY_RING_NAME_MAX - 1  # characters: the C limit counts the leading "/" too

@@ -21,8 +21,9 @@ from typing import Callable
 
 import numpy as np
 
-from ._errors import ClosedError
-from .ring import Consumer, RingBuffer
+from .._errors import ClosedError
+from .buffer import RingBuffer
+from .consumer import Consumer
 
 Handler = Callable[[np.ndarray, int, bool], None]
 ExceptionHandler = Callable[[BaseException, int, np.ndarray], None]

@@ -1,0 +1,356 @@
+"""Consumer and EventPoller: the ring's consumer side (waiting reads, zero-copy views, polling)."""
+from __future__ import annotations
+
+import contextlib
+import enum
+import queue
+from typing import TYPE_CHECKING, Iterator
+
+import numpy as np
+
+from .._errors import SY_EINVAL, ClosedError
+from ._core import (
+    MAX_CONSUMERS, READ_AHEAD, SCRATCH_BYTES, _SLICE, _describe, _read_ahead, _read_one, _rewait, _timeout_ns, ffi, lib,
+)
+
+if TYPE_CHECKING:  # the buffer imports this module, not the other way round
+    from .buffer import RingBuffer
+
+
+class Consumer:
+    """One reader of the ring: sees every item once, in order. Use it from one thread at a time."""
+
+    def __init__(self, ring: RingBuffer, after: list[int]):
+        self._ring = ring
+        out = ffi.new("sy_ring_consumer **")
+        after_c = ffi.new("int[]", after) if after else ffi.NULL
+        status = lib.sy_ring_consumer_open(ring._handle, after_c, len(after), out)
+        if status == SY_EINVAL:
+            raise ValueError(f"after={after}: every index must name a live consumer of this ring, and a "
+                             f"ring has at most {MAX_CONSUMERS} consumers")
+        _describe(status, "opening a consumer")
+        # The C handle holds a reference on the mapping, so finalisers may run in any order; a
+        # consumer that others still run after is detached by it rather than closed.
+        self._handle = ffi.gc(out[0], lib.sy_ring_consumer_leave)
+        self.index = int(lib.sy_ring_consumer_index(out[0]))
+        self.after = list(after)
+        self._n = ffi.new("int64_t *")
+        self._hi = ffi.new("int64_t *")
+        self._closed = False
+        self._lost = 0  # `lost` once closed
+        self._ahead: list = []  # taken by get() ahead of time, last item first
+        self._scratch = self._scratch_ptr = None  # get_batch's landing buffer
+        if ring._unpack is not None:
+            self._ahead_array = np.empty(READ_AHEAD, dtype=ring.dtype)
+            self._ahead_buf = memoryview(self._ahead_array).cast("B")
+            self._ahead_ptr = ffi.from_buffer(self._ahead_array)
+
+    @property
+    def sequence(self) -> int:
+        """The last sequence this consumer released (-1 before the first)."""
+        handle = self._open_handle()
+        return int(lib.sy_ring_consumer_sequence(handle))
+
+    @property
+    def lost(self) -> int:
+        """Sequences skipped because the producer that claimed them died before publishing
+        (multi-producer rings): they were never published, so no item of a live producer is in it."""
+        handle = self._handle
+        return self._lost if handle is None else int(lib.sy_ring_consumer_lost(handle))
+
+    def get(self, timeout: float | None = None):
+        """The next item: a Python scalar for plain numeric dtypes, a NumPy record (copy) for
+        structured ones, bytes for raw items. queue.Empty if nothing arrives in time.
+
+        For plain numeric dtypes, when no other consumer runs after this one, get() takes every
+        ready item (up to READ_AHEAD) in one C call and hands them out one by one: `sequence`
+        then runs ahead of what get() has returned. With consumers after it, it takes one at a
+        time, so they never see an item before get() has returned it here.
+        """
+        ahead = self._ahead
+        if ahead:
+            return ahead.pop()
+        t = -1 if timeout is None else _timeout_ns(timeout)
+        handle = self._handle  # a local: a close() from another thread cannot free it under the call
+        if handle is None:
+            self._check_open()
+        ring = self._ring
+        if ring._unpack is not None:
+            status = _read_ahead(handle, self._ahead_ptr, READ_AHEAD, t, self._n)
+            if status:
+                if status == _SLICE:
+                    status = _rewait(_read_ahead, (handle, self._ahead_ptr, READ_AHEAD), t, (self._n,))
+                if status:
+                    handle = None
+                    ring._raise(status, "waiting for an item", queue.Empty)
+            n = self._n[0]
+            if n == 1:
+                return ring._unpack(self._ahead_buf)[0]
+            items = self._ahead_array[:n].tolist()
+            items.reverse()
+            self._ahead = items
+            return items.pop()
+        item = bytearray(ring.item_size)  # per call: the caller keeps what get() returns
+        status = _read_one(handle, ffi.from_buffer(item), t)
+        if status == _SLICE:
+            status = _rewait(_read_one, (handle, ffi.from_buffer(item)), t)
+        if status:
+            handle = None
+            ring._raise(status, "waiting for an item", queue.Empty)
+        if ring.dtype is None:
+            return bytes(item)
+        return np.frombuffer(item, dtype=ring.dtype)[0]
+
+    def _take_ahead(self, max_n: int) -> np.ndarray:
+        """Items get() took but has not handed out yet, in order, as an array (a copy)."""
+        k = min(len(self._ahead), max_n)
+        taken = self._ahead[-k:]
+        del self._ahead[-k:]
+        taken.reverse()
+        return np.array(taken, dtype=self._ring._row_dtype)
+
+    def get_batch(self, max_n: int, timeout: float | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """Up to max_n items that are ready (at least one): a copy, yours to keep.
+
+        Waits only for the first item; returns at once with whatever else is already published.
+        Without `out`, the array is sized to what is ready (not to max_n); with `out` (a
+        contiguous array of the ring's dtype and at least max_n items) the items land there and
+        `out[:n]` comes back, with no allocation.
+        """
+        t = -1 if timeout is None else _timeout_ns(timeout)
+        if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
+            raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
+        max_n = int(max_n)
+        handle = self._handle  # a local: a close() from another thread cannot free it under the call
+        if handle is None:
+            self._check_open()
+        if self._ahead:
+            return self._take_ahead(max_n)
+        ring = self._ring
+        if out is not None:
+            if not isinstance(out, np.ndarray) or out.dtype != ring._row_dtype \
+                    or out.shape[1:] != ring._row_shape or not out.flags.c_contiguous \
+                    or not out.flags.writeable or len(out) < max_n:
+                raise ValueError(f"out must be a writeable contiguous array of dtype {ring._row_dtype}, "
+                                 f"item shape {ring._row_shape} and at least max_n={max_n} items")
+            self._read(handle, ffi.from_buffer(out), max_n, t)
+            return out[:self._n[0]]
+        max_n = min(max_n, ring.capacity)  # never more is ready
+        if max_n * ring.item_size <= SCRATCH_BYTES:
+            # One C call (wait + copy + release) into a scratch buffer kept for the next call, then
+            # a NumPy copy sized to what came: every C call releases the GIL, and with another
+            # Python thread running each release costs a GIL handoff (docs/ring.md, threads batched).
+            scratch, pointer = self._scratch_for(max_n)
+            status = lib.sy_ring_read(handle, pointer, max_n, t, self._n)  # per batch: no extra call
+            if status:
+                self._read(handle, pointer, max_n, t, status)
+            return scratch[:self._n[0]].copy()
+        # Large items: wait, then allocate exactly what is ready (no max_n-sized scratch to keep).
+        self._wait(handle, t)
+        n = min(self._hi[0] - lib.sy_ring_consumer_sequence(handle), max_n)
+        batch = np.empty((n, *ring._row_shape), dtype=ring._row_dtype)
+        self._read(handle, ffi.from_buffer(batch), n, 0)  # ready a moment ago, and only we consume them
+        return batch
+
+    def _read(self, handle, pointer, max_n: int, t: int, status: int | None = None) -> None:
+        """sy_ring_read into pointer (self._n[0] items), in wait slices; raises what a failure means.
+        status: what the caller's own first call returned, if it made one."""
+        if status is None:
+            status = lib.sy_ring_read(handle, pointer, max_n, t, self._n)
+        if status == _SLICE:
+            status = _rewait(lib.sy_ring_read, (handle, pointer, max_n), t, (self._n,))
+        if status:
+            handle = None
+            self._ring._raise(status, "waiting for a batch", queue.Empty)
+
+    def _wait(self, handle, t: int) -> None:
+        """sy_ring_wait_for (the last readable sequence in self._hi[0]), in wait slices."""
+        status = lib.sy_ring_wait_for(handle, t, self._hi)
+        if status == _SLICE:
+            status = _rewait(lib.sy_ring_wait_for, (handle,), t, (self._hi,))
+        if status:
+            handle = None
+            self._ring._raise(status, "waiting for a batch", queue.Empty)
+
+    def _scratch_for(self, n: int):
+        """A buffer of at least n items (grown, never shrunk; at most the ring's capacity)."""
+        if self._scratch is None or len(self._scratch) < n:
+            ring = self._ring
+            self._scratch = np.empty((n, *ring._row_shape), dtype=ring._row_dtype)
+            self._scratch_ptr = ffi.from_buffer(self._scratch)
+        return self._scratch, self._scratch_ptr
+
+    @contextlib.contextmanager
+    def view_batch(self, max_n: int, timeout: float | None = None) -> Iterator[np.ndarray]:
+        """`with c.view_batch(n) as items:` a read-only zero-copy view of up to n ready items.
+
+        The view aliases ring slots: it is valid only inside the block; the slots are released to
+        the producers when the block exits, after which they are overwritten. Copy what you keep.
+        A batch never wraps around the ring's end, so it may be shorter than what is ready.
+        """
+        t = _timeout_ns(timeout)
+        if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
+            raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
+        handle = self._open_handle()
+        if self._ahead:  # what get() already took comes first (already released: a copy)
+            taken = self._take_ahead(int(max_n))
+            taken.flags.writeable = False
+            yield taken
+            return
+        ring, slots = self._ring, self._ring._slots
+        self._wait(handle, t)
+        lo = lib.sy_ring_consumer_sequence(handle) + 1
+        start = lo & (ring.capacity - 1)
+        n = min(self._hi[0] - lo + 1, int(max_n), ring.capacity - start)
+        view = slots[start:start + n]  # holds the mapping: kept past close(), it reads stale items
+        view.flags.writeable = False
+        try:
+            yield view
+        finally:
+            lib.sy_ring_release(handle, lo + n - 1)
+
+    def __iter__(self) -> Iterator:
+        """Items until the stream is closed and drained."""
+        while True:
+            try:
+                yield self.get()
+            except ClosedError:
+                return
+
+    def close(self) -> None:
+        """Leave the ring; consumers that run after this one must be closed first."""
+        if self._closed:
+            return
+        handle = self._handle
+        self._lost = int(lib.sy_ring_consumer_lost(handle))
+        status = lib.sy_ring_consumer_close(handle)
+        if status == SY_EINVAL:
+            raise ValueError(f"consumer {self.index} still has consumers running after it: close them first")
+        _describe(status, "closing a consumer")
+        ffi.gc(handle, None)
+        self._handle = None
+        self._closed = True
+
+    def _leave(self) -> None:
+        """The ring's close(): drop the handle. Its finaliser closes it (or, when consumers of other
+        processes run after this one, detaches it: registered, its sequence frozen so they drain up
+        to it), now or, if another thread is inside a call on it, when that call returns."""
+        if self._closed:
+            return
+        self._lost = int(lib.sy_ring_consumer_lost(self._handle))
+        self._closed = True
+        self._handle = None
+
+    def _open_handle(self):
+        """The C handle, in a local of the caller: a close() from another thread cannot free it
+        while the caller's call is inside."""
+        handle = self._handle
+        if handle is None or self._ring._closed:
+            raise ClosedError("this consumer (or its ring) was closed")
+        return handle
+
+    def _check_open(self) -> None:
+        self._open_handle()
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Consumer(index={self.index}, after={self.after})"
+
+
+class PollState(enum.IntEnum):
+    """What EventPoller.poll found (LMAX's PollState); the values are the C enum's."""
+    PROCESSING = lib.SY_POLL_PROCESSING
+    GATING = lib.SY_POLL_GATING
+    IDLE = lib.SY_POLL_IDLE
+
+
+class EventPoller:
+    """LMAX's EventPoller: a consumer driven by your loop, `poll(handler)` -> PollState.
+
+    Make one with `rb.poller(after=[...])`. Other consumers may run after it (`after=[poller]`).
+    The handler gets `(event, sequence, end_of_batch)`: a Python scalar for plain numeric dtypes,
+    a read-only record (np.void, a view valid during the call) for structured ones, bytes for raw
+    items. Returning False stops the batch after that event (any other value goes on). Events are
+    released once handled, so consumers after this one see them only then. If the handler raises,
+    the events before it stay handled and the one that raised comes again on the next poll (as in
+    the Disruptor); the exception propagates. After close_stream() and once drained, poll raises
+    ClosedError. A dead producer's open claim is skipped and counted in `lost`.
+    """
+
+    def __init__(self, consumer: Consumer):
+        self._consumer = consumer
+        self.index = consumer.index
+        self.after = consumer.after
+        ring = consumer._ring
+        self._mask = ring.capacity - 1
+        self._plain = ring._unpack is not None
+        self._raw = ring.dtype is None
+
+    @property
+    def sequence(self) -> int:
+        """The last sequence handled (and released)."""
+        return self._consumer.sequence
+
+    @property
+    def lost(self) -> int:
+        """Sequences skipped because their producer died before publishing (Consumer.lost)."""
+        return self._consumer.lost
+
+    def poll(self, handler) -> PollState:
+        c = self._consumer
+        handle, slots = c._open_handle(), c._ring._slots
+        status = lib.sy_ring_poll_ready(handle, c._hi)
+        if status < 0:
+            handle = None
+            c._ring._raise(status, "polling", queue.Empty)
+        if status != lib.SY_POLL_PROCESSING:
+            return PollState(status)
+        lo, hi = lib.sy_ring_consumer_sequence(handle) + 1, c._hi[0]
+        handled = lo - 1
+        try:
+            for sequence, event in self._events(slots, lo, hi):
+                go_on = handler(event, sequence, sequence == hi)
+                handled = sequence
+                if go_on is False:
+                    break
+        finally:
+            if handled >= lo:
+                lib.sy_ring_release(handle, handled)
+        return PollState.PROCESSING
+
+    def _events(self, slots: np.ndarray, lo: int, hi: int) -> Iterator[tuple[int, object]]:
+        """(sequence, event) for lo..hi, read from the ring in at most two pieces (the wrap)."""
+        capacity = self._mask + 1
+        s = lo
+        while s <= hi:
+            start = s & self._mask
+            n = min(hi - s + 1, capacity - start)
+            piece = slots[start:start + n]
+            piece.flags.writeable = False
+            if self._plain:
+                events = piece.tolist()
+            elif self._raw:
+                events = [bytes(row) for row in piece]
+            else:
+                events = piece
+            for i in range(n):
+                yield s + i, events[i]
+            s += n
+
+    def close(self) -> None:
+        """Leave the ring; consumers that run after this poller must be closed first."""
+        self._consumer.close()
+
+    def __enter__(self) -> "EventPoller":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EventPoller(index={self.index}, after={self.after})"
