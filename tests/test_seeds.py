@@ -83,3 +83,62 @@ def test_unfused_pipeline_equals_fused_kernel():
     np.testing.assert_allclose(fused.reshape(n, d), out, atol=2e-5)
     ref = sy.attention.reference(*(x.reshape(1, 1, n, d).astype(np.float64) for x in (q, k, v)), is_causal=True)
     np.testing.assert_allclose(out, ref.reshape(n, d), atol=2e-5)
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("cc") is None, reason="needs valgrind and cc")
+def test_instruction_locality_i1_misses(tmp_path):
+    """Same calls, same instructions: code spread over more than I1 misses on every call, hot code never."""
+    from sympathy.demos import locality
+
+    binary = locality.build(tmp_path, 2048)
+    calls = 50_000
+    hot = locality.cachegrind_counts(binary, 1, calls, tmp_path)
+    spread = locality.cachegrind_counts(binary, 2048, calls, tmp_path)
+    assert abs(hot["I refs"] - spread["I refs"]) < 0.05 * hot["I refs"]
+    assert hot["I1 misses"] / calls < 0.05
+    assert spread["I1 misses"] / calls > 2.0
+
+
+def test_latency_benches_fill_every_sample():
+    """The C latency modes (ring and mutex queue, ping-pong and one-way) time every item; values are
+    checked in C (a wrong echo is an error status)."""
+    import os
+
+    from sympathy.demos import latency
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("spin-waiting pairs need two CPUs")
+    for kind in ("ring busy_spin", "ring blocking", "mutex queue"):
+        rtt = latency.pingpong(kind, 2_000)
+        assert rtt.shape == (1_800,) and (rtt > 0).all()
+        one = latency.oneway(kind, 2_000, 1_000)
+        assert one.shape == (1_800,) and (one >= 0).all()
+        p = latency.percentiles(rtt)
+        assert p["p50"] <= p["p99"] <= p["p99.9"] <= p["max"]
+
+
+def test_latency_bench_refuses_bad_counts():
+    from sympathy._ring import ffi, lib
+
+    out = np.zeros(4, np.int64)
+    ptr = ffi.cast("int64_t *", ffi.from_buffer(out))
+    assert lib.sy_bench_mutex_pingpong(0, ffi.NULL, 0, ptr) != 0
+    assert lib.sy_bench_oneway(1, 0, 0, 0, ffi.NULL, 0, ptr) != 0
+    assert lib.sy_bench_oneway(0, 0, 4, -1, ffi.NULL, 0, ptr) != 0
+
+
+def test_pinning_demo_counts_context_switches_and_names_root_needs(capsys):
+    import os
+
+    from sympathy.demos import pinning
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("spin-waiting pairs need two CPUs")
+    r = pinning.measure(20_000, pin=True)
+    assert r["items/s"] > 0 and r["voluntary"] >= 0 and r["involuntary"] >= 0
+    rows = {tool: needs for tool, _, _, needs in pinning.commands_for_this_machine([0, 1, 2, 3])}
+    assert rows["isolcpus="] == "root and a reboot" and rows["cset shield"].startswith("root")
+    assert "isolcpus=2,3" in pinning.commands_for_this_machine([0, 1, 2, 3])[0][2]
+    pinning.main(["--items", "20000", "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert "busy process on CPU" in out and "involuntary" in out
