@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="sympathy demo locality", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=400_000, help="calls under valgrind (default 400000)")
-    parser.add_argument("--native-calls", type=int, default=20_000_000, help="calls timed natively (default 2e7)")
+    parser.add_argument("--calls", type=int, default=200_000, help="calls under valgrind (default 200000)")
+    parser.add_argument("--native-calls", type=int, default=5_000_000, help="calls timed natively (default 5e6)")
     args = parser.parse_args(argv)
     if args.calls < 1 or args.native_calls < 1:
         parser.error("--calls and --native-calls must be >= 1")
