@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ring.h"
 
@@ -479,6 +480,8 @@ int sy_bench_mutex_pingpong(int64_t rounds, const int *cpus, int n_cpus, int64_t
     return status;
 }
 
+#define ONEWAY_SLEEP_NS 20000   /* paces at or above this sleep between items instead of spinning */
+
 struct oneway {
     sy_ring_producer *producer;   /* NULL: the mutex queue carries the items */
     sy_ring_consumer *consumer;
@@ -491,7 +494,14 @@ static void oneway_produce(struct bench_thread *t) {
     struct oneway *ow = t->shared;
     uint64_t next = sy_now_ns();
     for (int64_t i = 0; i < t->items; i++) {
-        while (sy_now_ns() < next) sy_cpu_relax();   /* the pace: one item per interval */
+        if (ow->interval_ns >= ONEWAY_SLEEP_NS) {
+            /* long gaps: sleep, leaving the producer's core to other work (a spinning pacer on a
+             * shared machine would push the scheduler to preempt the consumer instead) */
+            struct timespec gap = {.tv_sec = 0, .tv_nsec = (long)ow->interval_ns};
+            nanosleep(&gap, NULL);
+        } else {
+            while (sy_now_ns() < next) sy_cpu_relax();   /* the pace: one item per interval */
+        }
         int64_t stamp = (int64_t)sy_now_ns();
         if (ow->producer) {
             if ((t->status = sy_ring_write_one(ow->producer, &stamp, -1)) != SY_OK) return;

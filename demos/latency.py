@@ -34,14 +34,22 @@ def _two_cpus():
 
 def _run(entry, n: int, *args) -> np.ndarray:
     """Call one C latency bench into a fresh int64 array; the first tenth is warm-up (page faults,
-    frequency ramp) and is dropped."""
+    frequency ramp) and is dropped. The process's context switches during the call (its threads'
+    included: getrusage counts exited threads) are left in SWITCHES."""
+    from sympathy.demos.pinning import context_switches
+
     ffi, _ = _lib()
     out = np.zeros(n, np.int64)
     cpus, n_cpus = _two_cpus()
+    before = context_switches()
     status = entry(*args, cpus, n_cpus, ffi.cast("int64_t *", ffi.from_buffer(out)))
+    SWITCHES[:] = [after - b for after, b in zip(context_switches(), before)]
     if status != 0:
         raise RuntimeError(f"latency bench failed: status {status}")
     return out[n // 10:]
+
+
+SWITCHES = [0, 0]   # (voluntary, involuntary) context switches of the last _run
 
 
 def pingpong(kind: str, rounds: int) -> np.ndarray:
@@ -107,8 +115,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="sympathy demo latency", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=100_000, help="ping-pong round trips per row (default 100000)")
-    parser.add_argument("--items", type=int, default=50_000, help="one-way items per row (default 50000)")
-    parser.add_argument("--interval-ns", type=int, default=10_000, help="one-way pace (default 10000 ns)")
+    parser.add_argument("--items", type=int, default=10_000, help="one-way items per row (default 10000)")
+    parser.add_argument("--interval-ns", type=int, default=50_000,
+                        help="one-way pace (default 50000 ns; from 20000 up the producer sleeps between items)")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     args = parser.parse_args(argv)
     if args.rounds < 10 or args.items < 10 or args.interval_ns < 0:
@@ -119,26 +128,32 @@ def main(argv: list[str] | None = None) -> None:
         return
     kinds = ["ring busy_spin", "ring blocking", "mutex queue"]
     runs: dict[str, dict[str, np.ndarray]] = {"ping-pong round trip": {}, "one-way (paced)": {}}
+    switches: dict[tuple[str, str], list[int]] = {}
     for kind in tqdm(kinds, desc="latency runs", leave=False):
         runs["ping-pong round trip"][kind] = pingpong(kind, args.rounds)
+        switches["ping-pong round trip", kind] = list(SWITCHES)
         runs["one-way (paced)"][kind] = oneway(kind, args.items, args.interval_ns)
+        switches["one-way (paced)", kind] = list(SWITCHES)
     for test, rows in runs.items():
         t = Table(title=f"{test}, ns ({args.rounds if 'ping' in test else args.items:,} samples, first tenth "
                         "dropped as warm-up)", title_justify="left")
-        for heading in ("queue", "mean", "p50", "p99", "p99.9", "max"):
+        for heading in ("queue", "mean", "p50", "p99", "p99.9", "max", "vol. / invol. switches"):
             t.add_column(heading, justify="right")
         for kind, samples in rows.items():
             p = percentiles(samples)
-            t.add_row(kind, *(f"{p[k]:,.0f}" for k in ("mean", "p50", "p99", "p99.9", "max")))
+            vol, invol = switches[test, kind]
+            t.add_row(kind, *(f"{p[k]:,.0f}" for k in ("mean", "p50", "p99", "p99.9", "max")), f"{vol:,} / {invol:,}")
         console.print(t)
-        mutex = percentiles(rows["mutex queue"])["p99"]
-        ring = percentiles(rows["ring busy_spin"])["p99"]
-        console.print(f"  p99 improvement, ring busy_spin over the mutex queue: {100 * (1 - ring / mutex):.1f}% "
-                      f"(the article, Disruptor over ArrayBlockingQueue: {ARTICLE_P99_IMPROVEMENT:.0f}%)")
+        mutex, ring = percentiles(rows["mutex queue"]), percentiles(rows["ring busy_spin"])
+        console.print(f"  improvement, ring busy_spin over the mutex queue: p99 {100 * (1 - ring['p99'] / mutex['p99']):.1f}% "
+                      f"(the article, Disruptor over ArrayBlockingQueue: {ARTICLE_P99_IMPROVEMENT:.0f}%), "
+                      f"p50 {100 * (1 - ring['p50'] / mutex['p50']):.1f}%, mean {100 * (1 - ring['mean'] / mutex['mean']):.1f}%")
     console.print("The mutex queue's consumer sleeps in the kernel when the queue is empty: each item then pays "
-                  "a futex wake-up and a reschedule. The busy-spinning ring consumer sees the cursor's cache line "
-                  "change; the blocking ring spins briefly, then sleeps like the queue (on a shared VM the "
-                  "tails of every row include the hypervisor's interruptions).")
+                  "a futex wake-up and a reschedule (voluntary switches). The busy-spinning ring consumer sees the "
+                  "cursor's cache line change; the blocking ring spins briefly, then sleeps like the queue. A "
+                  "spinning consumer owns its core only while nothing else wants it: each involuntary switch "
+                  "is a time slice (milliseconds) during which every item sent waits, which is what sets the "
+                  "one-way tails on a busy 2-CPU machine (see `sympathy demo pinning`).")
     if not args.no_plot:
         console.print(f"histograms: {plot(runs, OUTPUT / 'latency.png')}")
 
