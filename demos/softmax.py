@@ -76,7 +76,7 @@ def flash_attention_softmax(matrix, column_index, block_sizes):
     return softmax_probabilities
 
 
-def article_usage_torch() -> list[str]:
+def article_usage_torch() -> tuple[list[str], list[str]]:
     """The article's two "Example usage" blocks, run; returns (traditional lines, steps lines).
     The article's last line ends in a pasted fragment, `...)int("Softmax for column", ...)`, a
     SyntaxError as printed; it is the same print once more and is left out."""
