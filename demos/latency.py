@@ -34,22 +34,25 @@ def _two_cpus():
 
 def _run(entry, n: int, *args) -> np.ndarray:
     """Call one C latency bench into a fresh int64 array; the first tenth is warm-up (page faults,
-    frequency ramp) and is dropped. The process's context switches during the call (its threads'
-    included: getrusage counts exited threads) are left in SWITCHES."""
-    from sympathy.demos.pinning import context_switches
-
+    frequency ramp) and is dropped."""
     ffi, _ = _lib()
     out = np.zeros(n, np.int64)
     cpus, n_cpus = _two_cpus()
-    before = context_switches()
     status = entry(*args, cpus, n_cpus, ffi.cast("int64_t *", ffi.from_buffer(out)))
-    SWITCHES[:] = [after - b for after, b in zip(context_switches(), before)]
     if status != 0:
         raise RuntimeError(f"latency bench failed: status {status}")
     return out[n // 10:]
 
 
-SWITCHES = [0, 0]   # (voluntary, involuntary) context switches of the last _run
+def with_switches(fn, *args) -> tuple[np.ndarray, tuple[int, int]]:
+    """fn(*args) and the (voluntary, involuntary) context switches of this process during it, its
+    exited threads included (getrusage counts them; /proc/PID/status has only the main thread)."""
+    from sympathy.demos.pinning import context_switches
+
+    before = context_switches()
+    samples = fn(*args)
+    after = context_switches()
+    return samples, (after[0] - before[0], after[1] - before[1])
 
 
 def pingpong(kind: str, rounds: int) -> np.ndarray:
@@ -126,14 +129,18 @@ def main(argv: list[str] | None = None) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         console.print("one usable CPU: the ring's spinning waiter would starve its partner; this demo needs two")
         return
+    load = os.getloadavg()[0]
+    console.print(f"load average {load:.2f} on {len(os.sched_getaffinity(0))} usable CPUs"
+                  + (": other processes want these cores, so spinning threads will be preempted"
+                     if load > 0.5 else ""))
     kinds = ["ring busy_spin", "ring blocking", "mutex queue"]
     runs: dict[str, dict[str, np.ndarray]] = {"ping-pong round trip": {}, "one-way (paced)": {}}
-    switches: dict[tuple[str, str], list[int]] = {}
+    switches: dict[tuple[str, str], tuple[int, int]] = {}
     for kind in tqdm(kinds, desc="latency runs", leave=False):
-        runs["ping-pong round trip"][kind] = pingpong(kind, args.rounds)
-        switches["ping-pong round trip", kind] = list(SWITCHES)
-        runs["one-way (paced)"][kind] = oneway(kind, args.items, args.interval_ns)
-        switches["one-way (paced)", kind] = list(SWITCHES)
+        runs["ping-pong round trip"][kind], switches["ping-pong round trip", kind] = with_switches(
+            pingpong, kind, args.rounds)
+        runs["one-way (paced)"][kind], switches["one-way (paced)", kind] = with_switches(
+            oneway, kind, args.items, args.interval_ns)
     for test, rows in runs.items():
         t = Table(title=f"{test}, ns ({args.rounds if 'ping' in test else args.items:,} samples, first tenth "
                         "dropped as warm-up)", title_justify="left")

@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--items and --repeat must be >= 1")
     console = Console()
     cpus = sorted(os.sched_getaffinity(0))
+    console.print(f"load average {os.getloadavg()[0]:.2f} on {len(cpus)} usable CPUs before the runs")
 
     console.rule("1. The ring (C, 1P-1C, busy-spin, one item at a time): pinned, unpinned, sharing a core")
     if len(cpus) < 2:
