@@ -92,6 +92,19 @@ def c_pingpong_flags(rounds: int) -> dict:
     return {"p50 ns": p50, "p99 ns": p99, "p99.9 ns": p999, "max ns": float(rtt.max())}
 
 
+def c_mutex_pingpong(rounds: int) -> dict:
+    """The same round trips through two mutex + condvar queues (ArrayBlockingQueue's design)."""
+    ffi, lib = _lib()
+    rtt = np.zeros(rounds, np.int64)
+    cpus, n = _cpus(2)
+    status = lib.sy_bench_mutex_pingpong(rounds, cpus, n, ffi.cast("int64_t *", ffi.from_buffer(rtt)))
+    if status != 0:
+        raise RuntimeError(f"mutex-queue ping-pong failed: status {status}")
+    rtt = rtt[rounds // 10:]
+    p50, p99, p999 = np.percentile(rtt, [50, 99, 99.9])
+    return {"p50 ns": p50, "p99 ns": p99, "p99.9 ns": p999, "max ns": float(rtt.max())}
+
+
 def c_false_sharing(padding: int, items: int) -> dict:
     """The ring itself (ring.c), SPSC, one int64 at a time, its hot sequences `padding` bytes apart
     (8: packed in one line, 64, or 128: the ring's own layout)."""
@@ -449,13 +462,15 @@ class RingSuite(Suite):
         group = "C ping-pong RTT (2 pinned threads)"
         runs: dict[str, list[dict]] = {}
         for _ in results.progress(range(args.repeat), "C ping-pong"):
-            for wait in ("flags", "busy_spin", "yield", "blocking"):
+            for wait in ("flags", "busy_spin", "yield", "blocking", "mutex"):
                 runs.setdefault(wait, []).append(c_pingpong_flags(args.rounds) if wait == "flags"
+                                                 else c_mutex_pingpong(args.rounds) if wait == "mutex"
                                                  else c_pingpong(wait, args.rounds))
         median = {w: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for w, rs in runs.items()}
         results.add(group, "two bare flags (the floor)", anchor=True, params={"wait": "busy_spin"}, **median["flags"])
         for wait in ("busy_spin", "yield", "blocking"):
             results.add(group, f"ring {wait}", params={"wait": wait}, **median[wait])
+        results.add(group, "mutex+condvar queue", params={"wait": "condvar"}, **median["mutex"])
         floor = median["flags"]["p50 ns"]
         results.note("ping-pong p50 over the bare-flag floor measured in the same run: " + ", ".join(
             f"{w} {median[w]['p50 ns'] / floor:.2f}x" for w in ("busy_spin", "yield", "blocking")))
