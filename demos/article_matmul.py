@@ -95,18 +95,21 @@ def parse_cachegrind_summary(text: str) -> dict[str, int]:
 
 
 def run_under_cachegrind(script: Path, workdir: Path) -> dict[str, float]:
-    """`valgrind --tool=cachegrind python SCRIPT`, the whole process, as in the article. Its tqdm
-    bar goes to our terminal; the summary is parsed from valgrind's own output."""
+    """`valgrind --tool=cachegrind python SCRIPT`, the whole process, as in the article. The
+    program's tqdm bar goes to our terminal (its stderr is ours); valgrind's own messages go to a
+    log file, from which the summary is parsed."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind); it is what the article ran")
-    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes",
+    log = workdir / (script.stem + ".log")
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--log-file={log}",
            f"--cachegrind-out-file={workdir / (script.stem + '.out')}", sys.executable, str(script)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
+    summary = log.read_text() if log.exists() else ""
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-    counts: dict[str, float] = dict(parse_cachegrind_summary(proc.stderr))
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{summary[-2000:]}")
+    counts: dict[str, float] = dict(parse_cachegrind_summary(summary))
     printed = proc.stdout.strip().splitlines()
     counts["seconds"] = float(printed[-1]) if printed and printed[-1] != "calculating ..." else float("nan")
     counts["wall under valgrind"] = wall
