@@ -142,3 +142,29 @@ def test_pinning_demo_counts_context_switches_and_names_root_needs(capsys):
     pinning.main(["--items", "20000", "--repeat", "1"])
     out = capsys.readouterr().out
     assert "busy process on CPU" in out and "involuntary" in out
+
+
+@pytest.mark.parametrize("demo, argv", [
+    ("softmax", []),
+    ("slides", ["--n", "128", "--memory-n", "128"]),
+    ("locality", ["--calls", "2000", "--native-calls", "2000"]),
+    ("latency", ["--rounds", "200", "--items", "200", "--interval-ns", "1000", "--no-plot"]),
+    ("flash_claims", ["--sizes", "64", "--threads", "1"]),
+    ("article_matmul", ["--n", "8", "--c-n", "32"]),
+])
+def test_seed_demos_run_with_small_sizes(capsys, demo, argv):
+    """Every seed demo runs end to end (small sizes) and prints the seed's own figure beside ours."""
+    import importlib
+    import os
+
+    if demo in ("locality", "article_matmul") and shutil.which("valgrind") is None:
+        pytest.skip("needs valgrind")
+    if demo == "latency" and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("spin-waiting pairs need two CPUs")
+    if demo == "flash_claims":
+        pytest.importorskip("torch")
+    importlib.import_module(f"sympathy.demos.{demo}").main(argv)
+    out = capsys.readouterr().out
+    seed_figure = {"softmax": "0.8176, 0.1824", "slides": "6.480903", "locality": "I1 misses",
+                   "latency": "99%", "flash_claims": "17.4", "article_matmul": "461%"}[demo]
+    assert seed_figure in out
