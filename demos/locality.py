@@ -112,8 +112,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"more code than I1 holds, every call fetches its function's lines again (~{per_function:.0f} B "
                   f"per function, {per_function / 64:.1f} lines of 64 B). The native column also pays for "
                   "predicting the indirect call's target, and on a shared VM for the neighbours; the "
-                  "simulated counts are the clean figure. The article's Python runs show I1 miss rates of "
-                  "0.00%: CPython's eval loop is hot code of exactly the first kind.")
+                  "simulated counts are the clean figure. The article's Python runs: I1 misses 5,738,193 and "
+                  "4,224,884 in 314.7 and 319.0 billion instructions, miss rate 0.00%: CPython's eval loop "
+                  "is hot code of exactly the first kind.")
 
 
 if __name__ == "__main__":
