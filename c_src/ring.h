@@ -213,6 +213,13 @@ int sy_bench_pingpong_flags(int64_t rounds, const int *cpus, int n_cpus, int64_t
 /* The ring itself, one producer and one consumer item at a time, with its hot sequences (cursor,
  * gating cache, consumer sequences) packed 8 B apart (padding 0 or 8), 64 B apart, or 128 B apart. */
 int sy_bench_false_sharing(int padding, int64_t items, const int *cpus, int n_cpus, sy_bench_result *out);
+/* Latency of the mutex + condvar queue: the same round trips as sy_bench_pingpong. One-way latency
+ * (send stamp to arrival, items paced interval_ns apart; the producer sleeps between items from 20 us
+ * up, spins below) through the ring (use_ring=1, with `wait`)
+ * or the mutex queue (use_ring=0); latency_ns[i] receives each item's. */
+int sy_bench_mutex_pingpong(int64_t rounds, const int *cpus, int n_cpus, int64_t *rtt_ns);
+int sy_bench_oneway(int use_ring, int wait, int64_t items, int64_t interval_ns, const int *cpus, int n_cpus,
+                    int64_t *latency_ns);
 /* CDEF END */
 
 #endif /* SYMPATHY_RING_H */

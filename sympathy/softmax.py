@@ -26,14 +26,14 @@ from typing import Sequence
 
 import numpy as np
 
-# The article's 2×7 score matrix. Column 2 (1-based; index 1) holds 2.5 and 1.0, a difference of
-# 1.5, so its column softmax is [1/(1+e^-1.5), e^-1.5/(1+e^-1.5)] = [0.8176, 0.1824], the figures
-# the article prints. The other columns are our own filler (see docs/attention-cpu.md).
+# Seed 000's 2×7 score matrix, its `column_index = 2` (0-based: the column [5.0, 3.5]) and the
+# figures its two programs print: softmax [0.8176, 0.1824] = [1/(1+e^-1.5), e^-1.5/(1+e^-1.5)].
 ARTICLE_MATRIX = np.array([
-    [1.0, 2.5, -0.5, 3.0, 0.0, 1.2, -1.0],
-    [0.5, 1.0, 2.0, 3.0, -2.0, 0.7, 1.5],
+    [-0.8, -5.0, 5.0, 1.5, 3.4, -2.3, 2.5],
+    [-0.2, 2.3, 3.5, 1.8, 0.9, -1.5, 0.5],
 ])
-ARTICLE_COLUMN = 1                    # "column 2" of the article, 0-based
+ARTICLE_COLUMN = 2
+ARTICLE_BLOCK_SIZES = (1, 1)          # "Splitting the column into individual elements"
 ARTICLE_COLUMN_SOFTMAX = (0.8176, 0.1824)
 
 # The slide's denominator problem: one query, three keys, three scalar values, scale 1.
@@ -102,9 +102,12 @@ def log_sum_exp(m_i: np.ndarray, l_i: np.ndarray) -> np.ndarray:
 # ---- the public functions -------------------------------------------------------------------------
 def softmax(x, axis: int = -1) -> np.ndarray:
     """The safe softmax along `axis`: exp(x - max) / sum(exp(x - max)). Keeps float32/float64
-    (integers become float64); fully masked (all -inf) slices give zeros, NaN propagates."""
+    (integers become float64); fully masked (all -inf) slices give zeros, NaN propagates; an empty
+    input gives an empty result of the same shape, as torch.softmax does."""
     arr = _float_array(x, "x")
     axis = _check_axis(axis, arr.ndim)
+    if arr.size == 0:
+        return np.empty_like(arr)
     moved = np.moveaxis(arr, axis, -1)
     m = moved.max(axis=-1, keepdims=True)
     m_ref = np.where(m == -np.inf, 0.0, m).astype(arr.dtype)
@@ -126,7 +129,7 @@ def _block_bounds(n: int, block_size) -> list[tuple[int, int]]:
         sizes = [min(block_size, n - s) for s in range(0, n, int(block_size))]
     elif isinstance(block_size, Sequence) and not isinstance(block_size, str):
         sizes = list(block_size)
-        if not sizes or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in sizes):
+        if (not sizes and n) or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in sizes):
             raise ValueError(f"block_size as a list must hold ints >= 1; got {block_size!r}")
         if sum(sizes) != n:
             raise ValueError(f"block sizes {sizes} add up to {sum(sizes)}, but the axis has {n} entries")
@@ -143,11 +146,14 @@ def online_softmax(x, block_size, axis: int = -1) -> np.ndarray:
     """The softmax computed the online way: one pass over the blocks keeping (m_i, l_i) with the
     rescale step, then one pass that normalises. Same numbers as `softmax` up to rounding.
 
-    block_size: an int, or the list of block sizes (the article's column uses [1, 1])."""
+    block_size: an int, or the list of block sizes (the article's column uses [1, 1]); for an empty
+    axis the list is empty. An empty input gives an empty result of the same shape, as torch does."""
     arr = _float_array(x, "x")
     axis = _check_axis(axis, arr.ndim)
     moved = np.moveaxis(arr, axis, -1)
     bounds = _block_bounds(moved.shape[-1], block_size)
+    if arr.size == 0:
+        return np.empty_like(arr)
     m_i = np.full(moved.shape[:-1], -np.inf, dtype=arr.dtype)
     l_i = np.zeros(moved.shape[:-1], dtype=arr.dtype)
     for start, stop in bounds:

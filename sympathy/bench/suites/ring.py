@@ -93,6 +93,19 @@ def c_pingpong_flags(rounds: int) -> dict:
     return {"p50 ns": p50, "p99 ns": p99, "p99.9 ns": p999, "max ns": float(rtt.max())}
 
 
+def c_mutex_pingpong(rounds: int) -> dict:
+    """The same round trips through two mutex + condvar queues (ArrayBlockingQueue's design)."""
+    ffi, lib = _lib()
+    rtt = np.zeros(rounds, np.int64)
+    cpus, n = _cpus(2)
+    status = lib.sy_bench_mutex_pingpong(rounds, cpus, n, ffi.cast("int64_t *", ffi.from_buffer(rtt)))
+    if status != 0:
+        raise RuntimeError(f"mutex-queue ping-pong failed: status {status}")
+    rtt = rtt[rounds // 10:]
+    p50, p99, p999 = np.percentile(rtt, [50, 99, 99.9])
+    return {"p50 ns": p50, "p99 ns": p99, "p99.9 ns": p999, "max ns": float(rtt.max())}
+
+
 def c_false_sharing(padding: int, items: int) -> dict:
     """The ring itself (c_src/ring_*.c), SPSC, one int64 at a time, its hot sequences `padding` bytes apart
     (8: packed in one line, 64, or 128: the ring's own layout)."""
@@ -362,6 +375,18 @@ def py_processes_faster_fifo(n: int, batch: int) -> float:
     return n // batch * batch / seconds
 
 
+def _count(text: str) -> int:
+    """argparse type for item, batch, round and repeat counts: an int >= 1, or an argparse error
+    naming the option (never a traceback from deep inside a run)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1; got {value}")
+    return value
+
+
 def _median(fn, repeat: int) -> float:
     return float(np.median([fn() for _ in range(repeat)]))
 
@@ -373,14 +398,14 @@ class RingSuite(Suite):
     columns = ("items/s", "avg batch", "p50 ns", "p99 ns", "p99.9 ns", "max ns")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--items", type=int, default=20_000_000, help="items per C shape run")
-        parser.add_argument("--queue-items", type=int, default=1_000_000, help="items per mutex-queue run")
-        parser.add_argument("--batch", type=int, default=1024, help="producer claim size (C) / batch (Python)")
-        parser.add_argument("--rounds", type=int, default=200_000, help="ping-pong round trips")
-        parser.add_argument("--py-items", type=int, default=400_000, help="items per Python per-item run")
-        parser.add_argument("--py-batched-items", type=int, default=20_000_000,
+        parser.add_argument("--items", type=_count, default=20_000_000, help="items per C shape run")
+        parser.add_argument("--queue-items", type=_count, default=1_000_000, help="items per mutex-queue run")
+        parser.add_argument("--batch", type=_count, default=1024, help="producer claim size (C) / batch (Python)")
+        parser.add_argument("--rounds", type=_count, default=200_000, help="ping-pong round trips")
+        parser.add_argument("--py-items", type=_count, default=400_000, help="items per Python per-item run")
+        parser.add_argument("--py-batched-items", type=_count, default=20_000_000,
                             help="items per Python batched run")
-        parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+        parser.add_argument("--repeat", type=_count, default=3, help="runs per figure (median)")
         parser.add_argument("--only", choices=("c", "python"), default=None, help="run one half")
 
     def plot(self, results: Results, outdir):
@@ -454,13 +479,15 @@ class RingSuite(Suite):
         group = "C ping-pong RTT (2 pinned threads)"
         runs: dict[str, list[dict]] = {}
         for _ in results.progress(range(args.repeat), "C ping-pong"):
-            for wait in ("flags", "busy_spin", "yield", "blocking"):
+            for wait in ("flags", "busy_spin", "yield", "blocking", "mutex"):
                 runs.setdefault(wait, []).append(c_pingpong_flags(args.rounds) if wait == "flags"
+                                                 else c_mutex_pingpong(args.rounds) if wait == "mutex"
                                                  else c_pingpong(wait, args.rounds))
         median = {w: {k: float(np.median([r[k] for r in rs])) for k in rs[0]} for w, rs in runs.items()}
         results.add(group, "two bare flags (the floor)", anchor=True, params={"wait": "busy_spin"}, **median["flags"])
         for wait in ("busy_spin", "yield", "blocking"):
             results.add(group, f"ring {wait}", params={"wait": wait}, **median[wait])
+        results.add(group, "mutex+condvar queue", params={"wait": "condvar"}, **median["mutex"])
         floor = median["flags"]["p50 ns"]
         results.note("ping-pong p50 over the bare-flag floor measured in the same run: " + ", ".join(
             f"{w} {median[w]['p50 ns'] / floor:.2f}x" for w in ("busy_spin", "yield", "blocking")))
