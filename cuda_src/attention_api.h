@@ -88,7 +88,8 @@ int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream);   /* sm_
    j % page_size; page_size a multiple of SY_DECODE_PAGE_MULTIPLE. cache_batch_idx (contiguous only)
    maps b to its cache batch. num_pages: k_cache's first dim; page and batch indices are clamped to it. lse (B, Hq, Nq) f32.
    num_splits > 1 splits each sequence's keys over that many blocks: partial_o (num_splits, B, Hq,
-   Nq, d) and partial_lse (num_splits, B, Hq, Nq), f32 scratch, are merged by a second kernel. */
+   Nq, d) (16-byte aligned) and partial_lse (num_splits, B, Hq, Nq), f32 scratch, are merged by a
+   second kernel. */
 enum { SY_DECODE_PAGE_MULTIPLE = 64 };
 
 typedef struct sy_decode_params {

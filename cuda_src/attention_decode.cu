@@ -368,7 +368,9 @@ extern "C" int sy_attn_decode_fwd(const sy_decode_params *params, void *stream) 
     if (p.dtype != SY_ATTN_F16 && p.dtype != SY_ATTN_BF16) return kUnsupported;
     if (p.block_table && (p.page_size < 1 || p.page_size % SY_DECODE_PAGE_MULTIPLE != 0)) return kInvalid;
     if ((p.block_table || p.cache_batch_idx) && p.num_pages < 1) return kInvalid;
-    if (p.num_splits > 1 && (!p.partial_o || !p.partial_lse)) return kInvalid;
+    // The partial outputs are written as float4: a misaligned workspace would fault, not just slow down.
+    if (p.num_splits > 1 && (!p.partial_o || !p.partial_lse || reinterpret_cast<uintptr_t>(p.partial_o) % 16 != 0))
+        return kInvalid;
     if (!aligned16(p.q, p.q_strides) || !aligned16(p.k, p.k_strides) || !aligned16(p.v, p.v_strides) ||
         !aligned16(p.o, p.o_strides))
         return kInvalid;

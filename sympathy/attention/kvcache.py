@@ -42,20 +42,18 @@ PAGE_MULTIPLE = 64   # SY_DECODE_PAGE_MULTIPLE: one key tile never spans two pag
 KEY_TILE = 64        # keys per tile of the decode kernel
 MAX_SPLITS = 128
 
-# Split-KV heuristic (num_splits=0), from the sweep in docs/notes-decode.md (H100, bf16, d = 128):
-# split until the grid has SPLIT_TARGET_WAVES x SMs blocks, keeping at least SPLIT_MIN_TILES key tiles
-# (of 64 keys) per split so a block's pipeline fill and merge traffic stay small against its reads.
-SPLIT_TARGET_WAVES = 2
+# Split-KV heuristic (num_splits=0), from the sweep in docs/notes-decode.md (H100, bf16, d = 128, CUDA-graph
+# timings): the best split count put about one block on every SM (8 sequence-heads: 16 splits, 16: 8,
+# 32: 4, 64: 2, 128 or more: none), whatever the length, so splits = SMs // blocks; and a split keeps at
+# least SPLIT_MIN_TILES tiles of 64 keys (at 2048 keys 8 splits beat 16: each block's pipeline fill
+# and partial-output write weigh against only a few tiles of reading).
 SPLIT_MIN_TILES = 4
 
 
 def num_splits_heuristic(blocks: int, key_tiles: int, sm_count: int) -> int:
     """Splits of each sequence's keys for a grid of `blocks` (batch x nheads_k x row blocks) over
     `key_tiles` 64-key tiles on a GPU of `sm_count` SMs."""
-    target = SPLIT_TARGET_WAVES * sm_count
-    if blocks >= target or key_tiles < 2 * SPLIT_MIN_TILES:
-        return 1
-    return max(1, min(-(-target // blocks), key_tiles // SPLIT_MIN_TILES, MAX_SPLITS))
+    return max(1, min(sm_count // max(blocks, 1), key_tiles // SPLIT_MIN_TILES, MAX_SPLITS))
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,6 +63,18 @@ def _device_facts(index: int) -> Tuple[Tuple[int, int], int, str]:
     torch = cuda._torch()
     props = torch.cuda.get_device_properties(index)
     return (props.major, props.minor), props.multi_processor_count, cuda.device_arch(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _ctypes(ffi):
+    return ffi.typeof("void *"), ffi.typeof("float *"), ffi.typeof("int *")
+
+
+def _current_stream(torch, index: int) -> int:
+    """The raw cudaStream_t of torch's current stream on device `index` (the fast private accessor
+    inductor uses, else the public one)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def _rows_per_block(packed_rows: int) -> int:
@@ -220,36 +230,45 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     if num_splits == 0:
         blocks = B * Hkv * -(-packed // _rows_per_block(packed))
         num_splits = num_splits_heuristic(blocks, -(-capacity // KEY_TILE), sm_count)
+    # Host time matters here (a decode step's kernels take tens of microseconds): two allocations,
+    # pre-typed cffi casts, and the raw current stream. One float32 buffer holds lse, then (split) the
+    # partial log-sum-exps and outputs; released on return while the kernels may still run, which is
+    # safe on one stream (torch's allocator hands the block only to work queued after them).
+    rows = B * Hq * Nq
     out = torch.empty((B, Nq, Hq, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
+    o_offset = -(-rows * (1 + num_splits) // 4) * 4   # floats; the partial outputs take float4 stores
+    work = torch.empty(o_offset + num_splits * rows * d if num_splits > 1 else rows, dtype=torch.float32,
+                       device=q.device)
+    lse = work[:rows].view(B, Hq, Nq)
     ffi, lib = cuda.library(arch)
+    voidp, floatp, intp = _ctypes(ffi)
     p = ffi.new("sy_decode_params *")
-    p.q, p.k, p.v, p.o = (ffi.cast("void *", t.data_ptr()) for t in (q, k_cache, v_cache, out))
-    p.lse = ffi.cast("float *", lse.data_ptr())
-    if num_splits > 1:   # released on return while the kernels may run: safe on one stream (cuda._launch)
-        partial_o = torch.empty((num_splits, B, Hq, Nq, d), dtype=torch.float32, device=q.device)
-        partial_lse = torch.empty((num_splits, B, Hq, Nq), dtype=torch.float32, device=q.device)
-        p.partial_o = ffi.cast("float *", partial_o.data_ptr())
-        p.partial_lse = ffi.cast("float *", partial_lse.data_ptr())
+    p.q, p.k, p.v, p.o = (ffi.cast(voidp, t.data_ptr()) for t in (q, k_cache, v_cache, out))
+    base = work.data_ptr()
+    p.lse = ffi.cast(floatp, base)
+    if num_splits > 1:
+        p.partial_lse = ffi.cast(floatp, base + 4 * rows)
+        p.partial_o = ffi.cast(floatp, base + 4 * o_offset)
+    if block_table is not None and block_table.stride(1) != 1:
+        block_table = block_table.contiguous()
     for field, t in (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx), ("block_table", block_table)):
-        setattr(p, field, ffi.NULL if t is None else ffi.cast("int *", t.data_ptr()))
+        if t is not None:
+            setattr(p, field, ffi.cast(intp, t.data_ptr()))
     for field, t in (("q_strides", q), ("k_strides", k_cache), ("v_strides", v_cache), ("o_strides", out)):
-        getattr(p, field)[0:3] = list(t.stride()[:3])
+        getattr(p, field)[0:3] = t.stride()[:3]
     if block_table is not None:
         p.block_table_stride = block_table.stride(0)
-        if block_table.stride(1) != 1:
-            block_table = block_table.contiguous()
-            p.block_table = ffi.cast("int *", block_table.data_ptr())
-            p.block_table_stride = block_table.stride(0)
         p.page_size = k_cache.shape[1]
     p.num_pages = k_cache.shape[0]
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.head_dim = B, Hq, Hkv, Nq, d
     p.seqlen_new = 0 if k is None else k.shape[1]
     p.capacity, p.num_splits = capacity, num_splits
     p.scale, p.is_causal = scale, int(causal)
-    p.dtype = cuda._DTYPE_CODES[str(q.dtype).replace("torch.", "")]
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        status = lib.sy_attn_decode_fwd(p, ffi.cast("void *", stream))
+    p.dtype = 2 if q.dtype == torch.bfloat16 else 1   # enum sy_attn_dtype
+    if index == torch.cuda.current_device():
+        status = lib.sy_attn_decode_fwd(p, ffi.cast(voidp, _current_stream(torch, index)))
+    else:
+        with torch.cuda.device(index):
+            status = lib.sy_attn_decode_fwd(p, ffi.cast(voidp, _current_stream(torch, index)))
     cuda._raise_for_status(status, lib, f"decode attention (B={B}, Hq={Hq}, Hkv={Hkv}, Nq={Nq}, d={d}, splits={num_splits})")
     return (out, lse) if return_softmax_lse else out
