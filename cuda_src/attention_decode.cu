@@ -283,7 +283,9 @@ decode_kernel(const sy_decode_params p) {
 }
 
 // Merge the splits of one (b, h, qi) row per warp: O = sum_s 2^(lse_s - LSE) O_s, exact (Flash-
-// Decoding's reduction). Lanes stride the splits for the maxima and sums, then own d / 32 columns.
+// Decoding's reduction). Lane s holds split s's weight (32 splits per pass), handed to the others by
+// shuffle, so the partial outputs' loads are independent of each other and of any lse load: the
+// compiler issues them back to back, and the merge costs about one L2 round trip per 32 splits.
 template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(128) merge_splits_kernel(const sy_decode_params p) {
     constexpr int kCols = kHeadDim / 32;
@@ -298,14 +300,31 @@ __global__ void __launch_bounds__(128) merge_splits_kernel(const sy_decode_param
     const float m_safe = m == -INFINITY ? 0.f : m;
     float o[kCols] = {};
     float sum = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) {
-        const float w = __expf(p.partial_lse[s * rows + row] - m_safe);   // an empty split: exp(-inf) = 0
-        if (w == 0.f) continue;   // uniform across the warp: every lane read the same lse
-        sum += w;
-        const float *src = p.partial_o + (s * rows + row) * kHeadDim + lane * kCols;
+    for (int s0 = 0; s0 < p.num_splits; s0 += 32) {
+        const int n = min(32, p.num_splits - s0);
+        const float w_lane = lane < n ? __expf(p.partial_lse[(s0 + lane) * rows + row] - m_safe) : 0.f;   // empty: 0
+        sum += w_lane;
+#pragma unroll 8
+        for (int i = 0; i < n; ++i) {
+            const float w = __shfl_sync(0xffffffffu, w_lane, i);
+            const float *src = p.partial_o + ((s0 + i) * rows + row) * kHeadDim + lane * kCols;
+            if constexpr (kCols % 4 == 0) {   // d = 128: one float4 per lane
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) o[c] += w * src[c];
+                for (int c = 0; c < kCols; c += 4) {
+                    const float4 x = *reinterpret_cast<const float4 *>(src + c);
+                    o[c] += w * x.x; o[c + 1] += w * x.y; o[c + 2] += w * x.z; o[c + 3] += w * x.w;
+                }
+            } else {   // d = 64: one float2
+#pragma unroll
+                for (int c = 0; c < kCols; c += 2) {
+                    const float2 x = *reinterpret_cast<const float2 *>(src + c);
+                    o[c] += w * x.x; o[c + 1] += w * x.y;
+                }
+            }
+        }
     }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     const float inv = sum == 0.f ? 0.f : 1.f / sum;
     const int qi = static_cast<int>(row % p.seqlen_q);
     const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);

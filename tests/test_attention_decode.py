@@ -264,3 +264,28 @@ def test_split_heuristic_fills_the_gpu_and_never_splits_a_full_grid():
     for blocks in (1, 8, 64, 256):
         for tiles in (1, 16, 256, 4096):
             assert 1 <= num_splits_heuristic(blocks, tiles, 132) <= 128
+
+
+@gpu
+def test_transformers_decode_steps_take_the_kvcache_kernel():
+    """attn_implementation="sympathy": a decode step (one token, a DynamicCache, no padding) runs
+    attention_with_kvcache (path "cuda-decode") and gives sdpa's next-token logits."""
+    transformers = pytest.importorskip("transformers")
+    sy.attention.register_transformers()
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=512, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=512,
+                                   initializer_range=0.2)   # head_dim 128, GQA 4:1
+    logits = {}
+    for impl in ("sdpa", "sympathy"):
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=impl).to("cuda", torch.bfloat16).eval()
+        ids = torch.randint(0, 256, (1, 300), device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))
+        with torch.no_grad():
+            first = model(ids, use_cache=True)
+            sy.attention.patch_stats(reset=True)
+            step = model(ids[:, -1:] * 0 + 7, past_key_values=first.past_key_values, use_cache=True)
+        logits[impl] = step.logits.float()
+        if impl == "sympathy":
+            assert sy.attention.patch_stats().paths.get("cuda-decode") == cfg.num_hidden_layers
+    err = ((logits["sympathy"] - logits["sdpa"]).abs().max() / logits["sdpa"].abs().max()).item()
+    assert err <= 5e-2, err
