@@ -53,10 +53,41 @@ struct DecodeTraits {
     static_assert(kSmemBytes <= 227 * 1024, "227 KiB of shared memory per block");
 };
 
-// d = 128: 3 stages (96 KiB K/V), two blocks per SM; d = 64: 4 stages of 16 KiB, three per SM.
+// d = 128: 3 stages (96 KiB K/V), two blocks per SM (2 stages, three per SM, for unsplit grids: below);
+// d = 64: 4 stages of 16 KiB, three per SM.
 // Decode (<= 16 packed rows): 1 x 4 warps, 16 keys per warp per tile; longer chunks: 4 x 1.
-template <int kHeadDim, int kWarpsM>
-using DecodeTraitsFor = DecodeTraits<kHeadDim, kWarpsM, kHeadDim == 128 ? 3 : 4>;
+#ifndef SY_DECODE_STAGES_D128   // a definition before this point overrides, for the variant sweep only
+#define SY_DECODE_STAGES_D128 3
+#endif
+// Unsplit decode grids (B x Hkv fills the GPU) measured 1.4-2.4 % faster with 2 stages (70 KiB, three
+// blocks per SM) than with 3; split grids 1-6 % slower (scripts/decode_variants.py, docs/notes-decode.md).
+#ifndef SY_DECODE_STAGES_D128_UNSPLIT
+#define SY_DECODE_STAGES_D128_UNSPLIT 2
+#endif
+#ifndef SY_DECODE_STAGES_D64
+#define SY_DECODE_STAGES_D64 4
+#endif
+template <int kHeadDim, int kWarpsM, bool kUnsplit = false>
+using DecodeTraitsFor = DecodeTraits<kHeadDim, kWarpsM, kHeadDim == 128 ? (kUnsplit ? SY_DECODE_STAGES_D128_UNSPLIT
+                                                                                    : SY_DECODE_STAGES_D128)
+                                                                        : SY_DECODE_STAGES_D64>;
+
+// Programmatic dependent launch (sm_90): the merge kernel is launched while the split blocks still run
+// and waits on the device (griddepcontrol.wait) for their completion and memory, instead of the host
+// stream's kernel boundary: the merge's launch latency hides behind the splits' tail.
+#ifndef SY_DECODE_PDL
+#define SY_DECODE_PDL 1
+#endif
+__device__ __forceinline__ void allow_dependent_launch() {
+#if SY_DECODE_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if SY_DECODE_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // Per-sequence facts every block of the sequence computes the same way.
 __device__ __forceinline__ int seqlen_k_of(const sy_decode_params &p, int b) {
@@ -89,6 +120,7 @@ decode_kernel(const sy_decode_params p) {
     T *sK = sQ + Tr::kSmemQ;
     T *sV = sK + Tr::kStages * Tr::kSmemKV;
 
+    allow_dependent_launch();   // the merge may be scheduled now; it waits for this grid to finish
     const int split = blockIdx.x % p.num_splits, m_block = blockIdx.x / p.num_splits;
     const int h_kv = blockIdx.y, b = blockIdx.z;
     const int group = p.heads_q / p.heads_kv;
@@ -289,6 +321,7 @@ decode_kernel(const sy_decode_params p) {
 template <int kHeadDim, typename T>
 __global__ void __launch_bounds__(128) merge_splits_kernel(const sy_decode_params p) {
     constexpr int kCols = kHeadDim / 32;
+    wait_for_prerequisite_grid();   // every split's partial output written and visible (PDL)
     const int lane = threadIdx.x % 32;
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
     const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;   // (b, h, qi) flattened
@@ -336,6 +369,15 @@ __global__ void __launch_bounds__(128) merge_splits_kernel(const sy_decode_param
     if (lane == 0) p.lse[row] = sum == 0.f ? -INFINITY : m + logf(sum);
 }
 
+// Programmatic dependent launch needs compute capability 9.0 (the current device's, asked per launch:
+// two cached runtime queries).
+bool device_has_pdl() {
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+    return major >= 9;
+}
+
 template <class Tr, typename T>
 int launch(const sy_decode_params &p, cudaStream_t stream) {
     auto kernel = decode_kernel<Tr, T>;
@@ -347,7 +389,17 @@ int launch(const sy_decode_params &p, cudaStream_t stream) {
     kernel<<<dim3(static_cast<unsigned>(blocks_x), p.heads_kv, p.batch), Tr::kNThreads, Tr::kSmemBytes, stream>>>(p);
     if (p.num_splits > 1) {
         const int64_t rows_total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-        merge_splits_kernel<Tr::kHeadDim, T><<<static_cast<unsigned>((rows_total + 3) / 4), 128, 0, stream>>>(p);
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(static_cast<unsigned>((rows_total + 3) / 4));
+        config.blockDim = dim3(128);
+        config.stream = stream;
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = attribute;
+        config.numAttrs = SY_DECODE_PDL && device_has_pdl() ? 1 : 0;
+        err = cudaLaunchKernelEx(&config, merge_splits_kernel<Tr::kHeadDim, T>, p);
+        if (err != cudaSuccess) return static_cast<int>(err);
     }
     return launch_status();
 }
@@ -357,7 +409,9 @@ int launch_rows(const sy_decode_params &p, cudaStream_t stream) {
     // Up to 16 packed rows (decode: one token x a GQA group of <= 16) take one m16 block with the
     // warps over the keys; more rows take 64-row blocks with the warps over the rows.
     const int rows = p.heads_q / p.heads_kv * p.seqlen_q;
-    return rows <= 16 ? launch<DecodeTraitsFor<kHeadDim, 1>, T>(p, stream) : launch<DecodeTraitsFor<kHeadDim, 4>, T>(p, stream);
+    if (rows > 16) return launch<DecodeTraitsFor<kHeadDim, 4>, T>(p, stream);
+    return p.num_splits == 1 ? launch<DecodeTraitsFor<kHeadDim, 1, true>, T>(p, stream)
+                             : launch<DecodeTraitsFor<kHeadDim, 1>, T>(p, stream);
 }
 
 template <typename T>
