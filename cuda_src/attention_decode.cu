@@ -419,13 +419,6 @@ int launch_dtype(const sy_decode_params &p, cudaStream_t stream) {
     return p.head_dim == 64 ? launch_rows<64, T>(p, stream) : launch_rows<128, T>(p, stream);
 }
 
-bool aligned16(const void *ptr, const int64_t strides[3]) {
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-    for (int i = 0; i < 3; ++i)
-        if (strides[i] % 8 != 0) return false;
-    return true;
-}
-
 }  // namespace
 }  // namespace sy_attn
 
