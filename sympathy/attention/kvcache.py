@@ -97,21 +97,27 @@ def _check_int_tensor(torch, name, t, shape, device):
 def _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, num_splits):
     """Everything that can be checked without the device; returns (cache_seqlens as a tensor or None,
     cache_batch_idx, capacity: the keys one sequence can hold)."""
+    # Each property is read once per tensor: every torch attribute access costs a microsecond or two of
+    # host time, and a decode step's kernels take tens.
+    q_device = q_dtype = None
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
         if t is None and name in ("k", "v"):
             continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
-        if t.dim() != 4:
+        if len(t.shape) != 4:
             raise ValueError(f"{name} must have 4 dims (batch, seqlen, heads, headdim); got shape {tuple(t.shape)}")
-        if t.device.type != "cuda":
-            raise ValueError(f"{name} must be on a CUDA device; got {t.device}")
-        if t.dtype not in (torch.float16, torch.bfloat16):
-            raise TypeError(f"{name} must be float16 or bfloat16; got {t.dtype}")
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} must have q's dtype {q.dtype}; got {t.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"{name} must be on q's device {q.device}; got {t.device}")
+        device, dtype = t.device, t.dtype
+        if device.type != "cuda":
+            raise ValueError(f"{name} must be on a CUDA device; got {device}")
+        if dtype is not torch.float16 and dtype is not torch.bfloat16:
+            raise TypeError(f"{name} must be float16 or bfloat16; got {dtype}")
+        if q_device is None:
+            q_device, q_dtype = device, dtype
+        elif dtype is not q_dtype:
+            raise TypeError(f"{name} must have q's dtype {q_dtype}; got {dtype}")
+        elif device != q_device:
+            raise ValueError(f"{name} must be on q's device {q_device}; got {device}")
         if t.stride(-1) != 1:
             raise ValueError(f"{name} must be contiguous in its last dim; got stride {t.stride(-1)}")
     if (k is None) != (v is None):
@@ -146,7 +152,7 @@ def _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_i
         if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] != B:
             raise ValueError(f"block_table must be a (batch, max_num_blocks_per_seq) int32 tensor; got "
                              f"{getattr(block_table, 'shape', type(block_table).__name__)}")
-        _check_int_tensor(torch, "block_table", block_table, tuple(block_table.shape), q.device)
+        _check_int_tensor(torch, "block_table", block_table, tuple(block_table.shape), q_device)
         if cache_len % PAGE_MULTIPLE or cache_len < 1:
             raise ValueError(f"page_block_size (k_cache.shape[1]) must be a positive multiple of {PAGE_MULTIPLE}; got {cache_len}")
         if cache_rows < 1:
@@ -154,7 +160,7 @@ def _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_i
         capacity = block_table.shape[1] * cache_len
     else:
         if cache_batch_idx is not None:
-            _check_int_tensor(torch, "cache_batch_idx", cache_batch_idx, (B,), q.device)
+            _check_int_tensor(torch, "cache_batch_idx", cache_batch_idx, (B,), q_device)
             cache_batch_idx = cache_batch_idx.contiguous()
         elif cache_rows < B:
             raise ValueError(f"k_cache has {cache_rows} sequences and q {B}: pass cache_batch_idx to pick them")
@@ -165,8 +171,8 @@ def _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_i
         if isinstance(cache_seqlens, int):
             if not 0 <= cache_seqlens <= capacity:
                 raise ValueError(f"cache_seqlens={cache_seqlens} is outside the cache's [0, {capacity}]")
-            cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q.device)
-        _check_int_tensor(torch, "cache_seqlens", cache_seqlens, (B,), q.device)
+            cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q_device)
+        _check_int_tensor(torch, "cache_seqlens", cache_seqlens, (B,), q_device)
         cache_seqlens = cache_seqlens.contiguous()
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be an int in [0, {MAX_SPLITS}] (0: the heuristic); got {num_splits!r}")
@@ -215,7 +221,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
         raise ValueError(f"softmax_scale must be a finite number or None; got {softmax_scale!r}")
     cache_seqlens, cache_batch_idx, capacity = _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                                             block_table, num_splits)
-    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    device = q.device
+    current = torch.cuda.current_device()
+    index = device.index if device.index is not None else current
     capability, sm_count, arch = _device_facts(index)
     if capability < (8, 0):
         raise NotSupportedError("the decode kernel needs compute capability 8.0 or newer (mma.sync on bf16)")
@@ -237,10 +245,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     # partial log-sum-exps and outputs; released on return while the kernels may still run, which is
     # safe on one stream (torch's allocator hands the block only to work queued after them).
     rows = B * Hq * Nq
-    out = torch.empty((B, Nq, Hq, d), dtype=q.dtype, device=q.device)
+    out = torch.empty((B, Nq, Hq, d), dtype=q.dtype, device=device)
     o_offset = -(-rows * (1 + num_splits) // 4) * 4   # floats; the partial outputs take float4 stores
     work = torch.empty(o_offset + num_splits * rows * d if num_splits > 1 else rows, dtype=torch.float32,
-                       device=q.device)
+                       device=device)
     lse = work[:rows].view(B, Hq, Nq)
     ffi, lib = cuda.library(arch)
     voidp, floatp, intp = _ctypes(ffi)
@@ -267,7 +275,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     p.capacity, p.num_splits = capacity, num_splits
     p.scale, p.is_causal = scale, int(causal)
     p.dtype = 2 if q.dtype == torch.bfloat16 else 1   # enum sy_attn_dtype
-    if index == torch.cuda.current_device():
+    if index == current:
         status = lib.sy_attn_decode_fwd(p, ffi.cast(voidp, _current_stream(torch, index)))
     else:
         with torch.cuda.device(index):
