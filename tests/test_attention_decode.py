@@ -287,5 +287,8 @@ def test_transformers_decode_steps_take_the_kvcache_kernel():
         logits[impl] = step.logits.float()
         if impl == "sympathy":
             assert sy.attention.patch_stats().paths.get("cuda-decode") == cfg.num_hidden_layers
+            sy.attention.patch_stats(reset=True)   # with gradients wanted: the differentiable path, not decode
+            again = model(ids[:, -1:], past_key_values=first.past_key_values, use_cache=True)
+            assert again.logits.requires_grad and "cuda-decode" not in sy.attention.patch_stats().paths
     err = ((logits["sympathy"] - logits["sdpa"]).abs().max() / logits["sdpa"].abs().max()).item()
     assert err <= 5e-2, err

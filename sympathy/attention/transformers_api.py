@@ -76,8 +76,12 @@ def sympathy_attention_forward(module, query, key, value, attention_mask, dropou
 
 def _decode_fits(query, key, value, dropout: float, module) -> bool:
     """The decode kernel's conditions: CUDA (sm_80+), fp16/bf16, head dim 64 or 128, one dtype, no dropout
-    in training, and K/V rows 16-byte aligned (cp.async); anything else takes the general path."""
+    in training, no gradient wanted (the kernel is inference only: a differentiable call must not lose
+    its gradients), and K/V rows 16-byte aligned (cp.async); anything else takes the general path."""
     import torch
+
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+        return False
 
     from .kvcache import DECODE_HEAD_DIMS
 
