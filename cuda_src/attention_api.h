@@ -78,6 +78,39 @@ typedef struct sy_attn_bwd_params {
 int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream);   /* sm_90a, not deterministic: attention_hopper_bwd.cu */
+/* Decode / KV-cache attention (cuda_src/attention_decode.cu, fp16/bf16, d 64/128; sm_80 and newer).
+   Layouts as flash_attn_with_kvcache: q (B, Nq, Hq, d) and o (B, Nq, Hq, d), strides (batch, row, head)
+   in elements; k_cache, v_cache (cache batch or page, row, head) strides, last dim contiguous, every
+   row 16-byte aligned. Sequence b attends to keys [0, min(cache_seqlens[b] + seqlen_new, capacity))
+   (cache_seqlens NULL: capacity), capacity = seqlen_cache or block_table_cols * page_size. Causal is
+   bottom-right aligned: query row i sees keys j <= i + seqlen_k - Nq. With block_table (B rows of
+   block_table_stride int32) row j of sequence b lives in page block_table[b][j / page_size] at row
+   j % page_size; page_size a multiple of SY_DECODE_PAGE_MULTIPLE. cache_batch_idx (contiguous only)
+   maps b to its cache batch. num_pages: k_cache's first dim; page and batch indices are clamped to it. lse (B, Hq, Nq) f32.
+   num_splits > 1 splits each sequence's keys over that many blocks: partial_o (num_splits, B, Hq,
+   Nq, d) (16-byte aligned) and partial_lse (num_splits, B, Hq, Nq), f32 scratch, are merged by a
+   second kernel. */
+enum { SY_DECODE_PAGE_MULTIPLE = 64 };
+
+typedef struct sy_decode_params {
+    const void *q, *k, *v;
+    void *o;
+    float *lse;
+    float *partial_o, *partial_lse;
+    const int *cache_seqlens, *cache_batch_idx, *block_table;
+    int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];
+    int64_t block_table_stride;
+    int batch, heads_q, heads_kv, seqlen_q, head_dim;
+    int seqlen_new;         /* added to cache_seqlens[b] (keys appended before the launch) */
+    int capacity;           /* keys a sequence can hold: seqlen_cache, or block_table_cols * page_size */
+    int page_size, num_pages;   /* num_pages: k_cache.shape[0] (pages, or cache batch rows) */
+    int num_splits;
+    float scale;
+    int is_causal;
+    int dtype;
+} sy_decode_params;
+
+int sy_attn_decode_fwd(const sy_decode_params *params, void *stream);
 /* CDEF END */
 
 #ifdef __cplusplus

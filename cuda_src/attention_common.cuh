@@ -51,6 +51,15 @@ inline int launch_status() {
     return err == cudaSuccess ? kOk : static_cast<int>(err);
 }
 
+// 16-byte cp.async (and TMA) needs every row start 16-byte aligned: the base pointer and the
+// batch/head/row strides (in 2-byte elements, multiples of 8).
+inline bool aligned16(const void *ptr, const int64_t strides[3]) {
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+    for (int i = 0; i < 3; ++i)
+        if (strides[i] % 8 != 0) return false;
+    return true;
+}
+
 // The base of head (b, h) in a (B, H, N, d) tensor given by strides in elements.
 template <typename T>
 __device__ __forceinline__ T *head_base(T *ptr, const int64_t strides[3], int b, int h) {

@@ -245,14 +245,6 @@ int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
     return p.is_causal ? launch<MmaTraitsD128Causal, T, true>(p, stream) : launch<MmaTraitsD128, T, false>(p, stream);
 }
 
-// 16-byte cp.async needs every row start 16-byte aligned: base pointers and row/head/batch strides.
-bool aligned16(const void *ptr, const int64_t strides[3]) {
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-    for (int i = 0; i < 3; ++i)
-        if (strides[i] % 8 != 0) return false;
-    return true;
-}
-
 }  // namespace
 }  // namespace sy_attn
 

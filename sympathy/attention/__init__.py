@@ -7,6 +7,7 @@
     sy.attention.scaled_dot_product_attention(q, k, v)   torch tensors on any device, or NumPy (torch_api.py)
     with sy.attention.patch(): ...    torch's F.scaled_dot_product_attention runs on ours (patch.py)
     sy.attention.register_transformers()   attn_implementation="sympathy" (transformers_api.py)
+    sy.attention.attention_with_kvcache(q, k_cache, v_cache, ...)   flash_attn_with_kvcache: decode (kvcache.py)
 """
 from .reference import reference
 from .tiled import tiled
@@ -14,3 +15,4 @@ from .cpu import cpu
 from .torch_api import scaled_dot_product_attention
 from .patch import PatchStats, patch, patch_stats
 from .transformers_api import register_transformers
+from .kvcache import attention_with_kvcache

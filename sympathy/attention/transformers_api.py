@@ -8,7 +8,8 @@ transformers' SDPA mask builder under the same name in its `AttentionMaskInterfa
 builder transformers would pass no mask at all, and a padded batch would silently attend to its
 padding). The function is transformers' `sdpa_attention_forward` with our kernels in place of torch's
 SDPA: no mask -> is_causal on our kernels; a left-padded batch -> one unmasked call per sequence
-(padding.py); GQA on the kernels (no repeat_kv copy). Everything else (dropout in training, other
+(padding.py); GQA on the kernels (no repeat_kv copy); a decode step (one query token, no mask, CUDA)
+-> the KV-cache kernel of kvcache.py (path "cuda-decode"). Everything else (dropout in training, other
 masks, dtypes the device's kernel lacks, softcap, position bias, a paged cache, output_attentions)
 runs transformers' own `sdpa_attention_forward`, counted with its reason in
 `sy.attention.patch_stats()`. transformers stays optional: it is imported only here.
@@ -45,6 +46,16 @@ def sympathy_attention_forward(module, query, key, value, attention_mask, dropou
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     q_length = query.shape[2]
+    if q_length == 1 and attention_mask is None and _decode_fits(query, key, value, dropout, module):
+        # A generate() decode step: one new token against the whole cache, no mask (every cached key
+        # counts). The KV-cache kernel reads each K/V head once per GQA group with the keys split over
+        # the SMs (kvcache.py); (B, H, N, d) tensors are passed as (B, N, H, d) views, no copy.
+        from .kvcache import attention_with_kvcache
+
+        out = attention_with_kvcache(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                     softmax_scale=scaling)
+        _record("cuda-decode", None)
+        return out, None
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     # As sdpa_attention_forward: the causal flag only without a mask and beyond one query token; an empty
     # static cache's extra keys (never attended to under top-left causal) are cut off.
@@ -61,6 +72,28 @@ def sympathy_attention_forward(module, query, key, value, attention_mask, dropou
     out = decision.run()
     _record(decision.path, None)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _decode_fits(query, key, value, dropout: float, module) -> bool:
+    """The decode kernel's conditions: CUDA (sm_80+), fp16/bf16, head dim 64 or 128, one dtype, no dropout
+    in training, no gradient wanted (the kernel is inference only: a differentiable call must not lose
+    its gradients), and K/V rows 16-byte aligned (cp.async); anything else takes the general path."""
+    import torch
+
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+        return False
+
+    from .kvcache import DECODE_HEAD_DIMS
+
+    if not (query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and key.dtype == value.dtype == query.dtype):
+        return False
+    if query.shape[-1] not in DECODE_HEAD_DIMS or key.shape[-1] != query.shape[-1] or value.shape != key.shape:
+        return False
+    if (dropout > 0.0 and getattr(module, "training", False)) or query.shape[1] % key.shape[1] != 0:
+        return False
+    if any(t.data_ptr() % 16 or t.stride(-1) != 1 or any(s % 8 for s in t.stride()[:3]) for t in (key, value)):
+        return False
+    return torch.cuda.get_device_capability(query.device) >= (8, 0)
 
 
 def register_transformers(name: str = "sympathy", *, kernel: str = "auto",
