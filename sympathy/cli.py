@@ -103,7 +103,10 @@ def available_demos() -> dict[str, str]:
 
 
 # The tour's order: from the article's first example to the GPU.
-DEMO_ORDER = {"info": 0, "matmul": 1, "lab": 2, "ring": 3, "softmax": 4, "attention": 5, "attention_gpu": 6}
+# Each seed example sits beside the demo of its subject (docs/seeds.md).
+DEMO_ORDER = {name: i for i, name in enumerate([
+    "info", "matmul", "article_matmul", "lab", "locality", "ring", "latency", "pinning",
+    "softmax", "slides", "attention", "flash_claims", "attention_gpu", "attention_train"])}
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
