@@ -312,6 +312,7 @@ struct sy_wait {
 };
 
 SY_RING_INTERNAL int wait_for(struct sy_wait *w, int64_t *got);
+SY_RING_INTERNAL void futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t wait_ns, int flags);
 SY_RING_INTERNAL void futex_wake_all(_Atomic uint32_t *word, int flags);
 
 /* The other half of the blocking strategy: after a release store that a sleeper may wait for. */

@@ -15,7 +15,7 @@
 
 /* Whatever it returns (woken, EAGAIN: the word moved first, EINTR, ETIMEDOUT) the caller re-checks
  * its condition, so the result is not needed. */
-static void futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t wait_ns, int flags) {
+void futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t wait_ns, int flags) {
     struct timespec ts = {.tv_sec = wait_ns / 1000000000, .tv_nsec = wait_ns % 1000000000};
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT | flags, expected, &ts, NULL, 0);
 }
