@@ -3,6 +3,7 @@
     import sympathy as sy
     sy.matmul(a, b, kernel="packed")        # c_src/matmul.c
     sy.RingBuffer(1024, dtype=np.int64)     # c_src/ring.c
+    sy.Queue()                              # multiprocessing.Queue on the ring (sympathy/queue.py)
     sy.lab.false_sharing(threads=2)         # c_src/lab.c
     sy.attention.cpu(q, k, v)               # c_src/attention.c
 
@@ -19,4 +20,5 @@ from .topology import topology
 from . import attention, lab
 from .matmul import MATMUL_KERNELS, matmul, matmul_python
 from .ring import Consumer, Disruptor, EventHandlerGroup, EventPoller, PollState, RingBuffer
+from .queue import JoinableQueue, Queue
 from .softmax import online_softmax, softmax
