@@ -213,6 +213,15 @@ class Queue:
     def get_nowait(self):
         return self.get(False)
 
+    def _take_and_hold(self, timeout: float | None = None) -> int:
+        """Take the next record and keep it, uncopied (the path of a record too big for the scratch
+        buffer, stopped half-way): for fault tests that kill a consumer holding a record."""
+        worker = self._worker or self._open_worker()
+        status = lib.sy_queue_get(worker, ffi.NULL, 0, _timeout_ns(True, timeout), self._out, self._out + 1)
+        if status != lib.SY_QUEUE_HELD:
+            raise queue.Empty if status == SY_ETIMEDOUT else RuntimeError(f"status {status}")
+        return int(self._out[0])
+
     # ---- sizes -----------------------------------------------------------------------------------
     def _counts(self, reap: bool = False):
         lib.sy_queue_counts(self._handle, int(reap), self._tally)
