@@ -13,7 +13,7 @@ shared memory when it returns (nothing is lost if the process exits right after,
 child process. Capacity: `maxsize` counts items, as there; independently the ring holds at most
 `capacity_bytes` of records (default 16 MiB), and one item may take at most that much pickled.
 
-Items are pickled with protocol 5; NumPy arrays (and other buffers of 64 KiB or more) travel as
+Items are pickled with protocol 5; NumPy arrays (whatever pickles through PickleBuffer) travel as
 out-of-band buffers, copied once into the ring and once out of it. Several producer processes and
 several consumer processes may share one queue; items of one producer arrive in the order it put
 them. A consumer killed while it holds an item it has taken (between the take and the copy out)
@@ -39,12 +39,13 @@ __all__ = ["Queue", "JoinableQueue"]
 SLOT_BYTES = 120          # payload per 128-byte slot (8 go to the slot's header): a pickled small dict fits one
 DEFAULT_CAPACITY_BYTES = 1 << 24
 SCRATCH_BYTES = 1 << 16   # records up to this land in a kept buffer: no allocation per get
-OUT_OF_BAND_MIN = 1 << 16  # smaller buffers are pickled in-band: one piece, one memcpy
 WAIT_SLICE_S = 0.05       # C waits in slices so that Ctrl-C (signal handlers) runs between them
+_SLICE_NS = int(WAIT_SLICE_S * 1e9)
 _TAG_PICKLE, _TAG_BUFFERS = 0, 1
 _ITEM_TYPE = b"sympathy.Queue"
 
 _put1, _get = lib.sy_queue_put1, lib.sy_queue_get
+_dumps, _loads = pickle.dumps, pickle.loads
 _handles: weakref.WeakSet = weakref.WeakSet()  # every Queue of this process, for fork
 
 
@@ -62,13 +63,21 @@ def _timeout_ns(block: bool, timeout) -> int:
     return max(0, int(timeout * 1e9)) if timeout < 1e9 else -1
 
 
-def _out_of_band(buffers: list):
-    def keep(buffer: pickle.PickleBuffer):
-        if buffer.raw().nbytes < OUT_OF_BAND_MIN:
-            return True  # in-band
-        buffers.append(buffer)
-        return False
-    return keep
+def _in_slices(call, t: int) -> int:
+    """call(slice_ns) until it is not a slice's timeout or t (ns, < 0 forever) runs out: the C wait
+    holds no GIL and Python runs signal handlers (Ctrl-C) only between the calls."""
+    while True:
+        status = call(_SLICE_NS if t < 0 or t > _SLICE_NS else t)
+        if status != SY_ETIMEDOUT or 0 <= t <= _SLICE_NS:
+            return status
+        if t > 0:
+            t -= _SLICE_NS
+
+
+def _raise(status: int, timeout_exc: type, what: str) -> None:
+    if status == SY_ETIMEDOUT:
+        raise timeout_exc
+    check(status, what)
 
 
 class Queue:
@@ -146,27 +155,33 @@ class Queue:
     # ---- put -----------------------------------------------------------------------------------
     def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
         """Put obj into the queue; queue.Full if no room comes in time (maxsize items, or ring bytes)."""
-        self._check_closed()
-        t = _timeout_ns(block, timeout)
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
         buffers: list = []
-        data = pickle.dumps(obj, 5, buffer_callback=_out_of_band(buffers))
-        if not self._put_lock.acquire(True, -1 if t < 0 else t / 1e9):
+        data = _dumps(obj, 5, buffer_callback=buffers.append)
+        if buffers:
+            return self._put_pieces(data, [b.raw() for b in buffers], t)
+        n = len(data)
+        if n > self._max_record:
+            self._too_big(n)
+        lock = self._put_lock
+        if t < 0:
+            lock.acquire()
+        elif not lock.acquire(True, t / 1e9):
             raise queue.Full
         try:
             producer = self._producer or self._open_producer()
-            if not buffers:
-                if len(data) > self._max_record:
-                    self._too_big(len(data))
-                status = self._in_slices(lambda slice_ns: _put1(producer, data, len(data), _TAG_PICKLE, slice_ns), t)
-            else:
-                status = self._put_pieces(producer, data, [b.raw() for b in buffers], t)
+            status = _put1(producer, data, n, _TAG_PICKLE, t if 0 <= t <= _SLICE_NS else _SLICE_NS)
+            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
+                status = _in_slices(lambda s: _put1(producer, data, n, _TAG_PICKLE, s), t - _SLICE_NS if t > 0 else t)
         finally:
-            self._put_lock.release()
-        if status == SY_ETIMEDOUT:
-            raise queue.Full
-        check(status, "putting an item")
+            lock.release()
+        if status:
+            _raise(status, queue.Full, "putting an item")
 
-    def _put_pieces(self, producer, data: bytes, raws: list, t: int) -> int:
+    def _put_pieces(self, data: bytes, raws: list, t: int) -> None:
+        """A record of the pickle and its out-of-band buffers, each copied once into the ring."""
         head = struct.pack(f"<{len(raws) + 2}q", len(raws), len(data), *(r.nbytes for r in raws))
         parts = [head, data, *raws]
         sizes = [len(head), len(data), *(r.nbytes for r in raws)]
@@ -175,7 +190,15 @@ class Queue:
         keep = [ffi.from_buffer(p) for p in parts]  # alive until the C call returns
         pieces = ffi.new("void *[]", keep)
         c_sizes = ffi.new("int64_t[]", sizes)
-        return self._in_slices(lambda s: lib.sy_queue_put(producer, pieces, c_sizes, len(parts), _TAG_BUFFERS, s), t)
+        if not self._put_lock.acquire(True, -1 if t < 0 else t / 1e9):
+            raise queue.Full
+        try:
+            producer = self._producer or self._open_producer()
+            status = _in_slices(lambda s: lib.sy_queue_put(producer, pieces, c_sizes, len(parts), _TAG_BUFFERS, s), t)
+        finally:
+            self._put_lock.release()
+        if status:
+            _raise(status, queue.Full, "putting an item")
 
     def _too_big(self, n: int):
         raise ValueError(f"the item pickles to {n} bytes; this queue's ring holds records of at most "
@@ -187,27 +210,33 @@ class Queue:
     # ---- get -----------------------------------------------------------------------------------
     def get(self, block: bool = True, timeout: float | None = None):
         """Remove and return an item; queue.Empty if none comes in time."""
-        self._check_closed()
-        t = _timeout_ns(block, timeout)
-        if not self._get_lock.acquire(True, -1 if t < 0 else t / 1e9):
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        lock = self._get_lock
+        if t < 0:
+            lock.acquire()
+        elif not lock.acquire(True, t / 1e9):
             raise queue.Empty
         try:
             worker = self._worker or self._open_worker()
             out = self._out
-            status = self._in_slices(lambda s: _get(worker, self._scratch_ptr, SCRATCH_BYTES, s, out, out + 1), t)
+            status = _get(worker, self._scratch_ptr, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS,
+                          out, out + 1)
+            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
+                status = _in_slices(lambda s: _get(worker, self._scratch_ptr, SCRATCH_BYTES, s, out, out + 1),
+                                    t - _SLICE_NS if t > 0 else t)
             if status == 0:
-                return pickle.loads(self._scratch_view[:out[0]])
-            if status == SY_ETIMEDOUT:
-                raise queue.Empty
+                return _loads(self._scratch_view[:out[0]])  # before the lock goes: the scratch is reused
             if status != lib.SY_QUEUE_HELD:
-                check(status, "getting an item")
+                _raise(status, queue.Empty, "getting an item")
             record = bytearray(out[0])  # its own buffer: out-of-band arrays are views of it
             check(lib.sy_queue_copy_held(worker, ffi.from_buffer(record)), "copying an item out")
             tag = out[1]
         finally:
-            self._get_lock.release()
+            lock.release()
         if tag == _TAG_PICKLE:
-            return pickle.loads(record)
+            return _loads(record)
         return _load_with_buffers(record)
 
     def get_nowait(self):
@@ -312,22 +341,6 @@ class Queue:
     def _check_closed(self) -> None:
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-
-    @staticmethod
-    def _in_slices(call, t: int) -> int:
-        """call(slice_ns) until it is not a slice timeout or t runs out: Ctrl-C runs in between."""
-        if 0 <= t <= WAIT_SLICE_S * 1e9:
-            return call(t)
-        slice_ns = int(WAIT_SLICE_S * 1e9)
-        left = t
-        while True:
-            status = call(slice_ns if left < 0 or left > slice_ns else left)
-            if status != SY_ETIMEDOUT:
-                return status
-            if left >= 0:
-                left -= slice_ns
-                if left <= 0:
-                    return status
 
     def __repr__(self) -> str:
         return f"<sympathy.{type(self).__name__} {self._name!r} maxsize={self._maxsize}>"
