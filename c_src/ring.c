@@ -1672,9 +1672,10 @@ static void release_dead_gate(sy_ring *r, sy_work_pool *pool, int worker, int64_
     wake_waiters(r);
 }
 
-/* Dead workers' gates are opened (their held records counted lost) and their records freed; a
- * dead producer waiting for space gives back the count it reserved. */
-static void pool_reap(sy_ring *r) {
+/* Dead workers' gates are opened (their held records counted lost) and, with free_records, their
+ * records freed (only when a new worker finds none free: each costs a look at /proc); a dead
+ * producer that was waiting gives back the count it reserved. */
+static void pool_reap(sy_ring *r, bool free_records) {
     struct sy_ring_header *h = r->header;
     sy_work_pool *pool = work_pool(r);
     uint64_t active = atomic_load_explicit(&h->registry.active_consumers, memory_order_acquire), dead = 0;
@@ -1683,6 +1684,7 @@ static void pool_reap(sy_ring *r) {
          * here comes with the pid of the worker that set it. pid 0: a record freed without its gate
          * opened (a reaper of dead consumers that knows nothing of gates). */
         int64_t gate = atomic_load_explicit(&pool->gates[i].after, memory_order_acquire);
+        if (gate == GATE_IDLE && !(free_records && (active >> i & 1))) continue;
         int64_t pid = atomic_load_explicit(&h->consumers[i].pid, memory_order_acquire);
         bool died = pid != 0 && !pid_alive(pid);
         if (gate != GATE_IDLE && (pid == 0 || died)) release_dead_gate(r, pool, i, gate);
@@ -1864,7 +1866,7 @@ static int reserve_item(sy_queue_producer *qp, struct pool_wait *pw) {
         bool liveness_due;
         int status = pool_nap(pw, count_ready, &cw, &liveness_due);
         if (status != SY_OK) return status;
-        if (liveness_due) pool_reap(r);
+        if (liveness_due) pool_reap(r, false);
         items = atomic_load_explicit(&pool->count.items, memory_order_relaxed);
     }
     if (pool->joinable) atomic_fetch_add_explicit(&pool->count.unfinished, 1, memory_order_relaxed);
@@ -1895,7 +1897,7 @@ static int claim_slots(sy_queue_producer *qp, int64_t k, struct pool_wait *pw, i
                 if (liveness_due) {
                     atomic_store_explicit(&r->header->producers[qp->record].heartbeat_ns, (int64_t)sy_now_ns(),
                                           memory_order_relaxed);
-                    pool_reap(r);
+                    pool_reap(r, false);
                 }
                 continue;
             }
@@ -1978,7 +1980,7 @@ int sy_queue_worker_open(sy_ring *r, sy_queue_worker **out) {
     if (!w) return SY_ENOMEM;
     int status = sy_ring_consumer_open(r, NULL, 0, &w->consumer);
     if (status == SY_EINVAL) {  /* every record taken: free the dead workers' */
-        pool_reap(r);
+        pool_reap(r, true);
         status = sy_ring_consumer_open(r, NULL, 0, &w->consumer);
     }
     if (status != SY_OK) {
@@ -2080,7 +2082,7 @@ static int take_record(sy_queue_worker *w, int64_t timeout_ns, int64_t *lo, sy_r
         if (liveness_due) {
             atomic_store_explicit(&r->header->consumers[w->record].heartbeat_ns, (int64_t)sy_now_ns(),
                                   memory_order_relaxed);
-            pool_reap(r);
+            pool_reap(r, false);
             skip_abandoned(r, pool, work);
         }
     }
@@ -2129,7 +2131,7 @@ int sy_queue_copy_held(sy_queue_worker *w, void *dst) {
 
 int sy_queue_counts(sy_ring *r, int reap, sy_queue_tally *out) {
     sy_work_pool *pool = work_pool(r);
-    if (reap) pool_reap(r);
+    if (reap) pool_reap(r, false);
     out->items = atomic_load_explicit(&pool->count.items, memory_order_acquire);
     out->unfinished = atomic_load_explicit(&pool->count.unfinished, memory_order_acquire);
     out->lost = atomic_load_explicit(&pool->lost, memory_order_relaxed);
@@ -2160,7 +2162,7 @@ int sy_queue_join(sy_ring *r, int64_t timeout_ns) {
         bool liveness_due;
         int status = pool_nap(&pw, all_done, r, &liveness_due);
         if (status != SY_OK) return status;
-        if (liveness_due) pool_reap(r);
+        if (liveness_due) pool_reap(r, false);
     }
     return SY_OK;
 }

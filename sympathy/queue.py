@@ -145,7 +145,7 @@ class Queue:
         self._scratch = bytearray(SCRATCH_BYTES)
         self._scratch_view = memoryview(self._scratch)
         self._scratch_ptr = ffi.from_buffer(self._scratch)
-        self._out = ffi.new("int64_t[2]")
+        self._out, self._tag = ffi.new("int64_t *"), ffi.new("int64_t *")  # bytes, tag
         self._tally = ffi.new("sy_queue_tally *")
         _handles.add(self)
 
@@ -220,11 +220,10 @@ class Queue:
             raise queue.Empty
         try:
             worker = self._worker or self._open_worker()
-            out = self._out
-            status = _get(worker, self._scratch_ptr, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS,
-                          out, out + 1)
+            out, tag, scratch = self._out, self._tag, self._scratch_ptr
+            status = _get(worker, scratch, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS, out, tag)
             if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(lambda s: _get(worker, self._scratch_ptr, SCRATCH_BYTES, s, out, out + 1),
+                status = _in_slices(lambda s: _get(worker, scratch, SCRATCH_BYTES, s, out, tag),
                                     t - _SLICE_NS if t > 0 else t)
             if status == 0:
                 return _loads(self._scratch_view[:out[0]])  # before the lock goes: the scratch is reused
@@ -232,10 +231,10 @@ class Queue:
                 _raise(status, queue.Empty, "getting an item")
             record = bytearray(out[0])  # its own buffer: out-of-band arrays are views of it
             check(lib.sy_queue_copy_held(worker, ffi.from_buffer(record)), "copying an item out")
-            tag = out[1]
+            kind = tag[0]
         finally:
             lock.release()
-        if tag == _TAG_PICKLE:
+        if kind == _TAG_PICKLE:
             return _loads(record)
         return _load_with_buffers(record)
 
@@ -246,7 +245,7 @@ class Queue:
         """Take the next record and keep it, uncopied (the path of a record too big for the scratch
         buffer, stopped half-way): for fault tests that kill a consumer holding a record."""
         worker = self._worker or self._open_worker()
-        status = lib.sy_queue_get(worker, ffi.NULL, 0, _timeout_ns(True, timeout), self._out, self._out + 1)
+        status = lib.sy_queue_get(worker, ffi.NULL, 0, _timeout_ns(True, timeout), self._out, self._tag)
         if status != lib.SY_QUEUE_HELD:
             raise queue.Empty if status == SY_ETIMEDOUT else RuntimeError(f"status {status}")
         return int(self._out[0])
