@@ -1551,7 +1551,9 @@ struct sy_queue_worker {
 
 static inline sy_work_pool *work_pool(const sy_ring *r) { return (sy_work_pool *)r->header->work_pool; }
 static inline int64_t taken_mark(int64_t s, int worker) { return (int64_t)(worker + 1) << MARK_OWNER_SHIFT | (s + 1); }
-static inline bool is_taken_mark(int64_t mark, int64_t s) { return mark > MAX_POOL_SEQUENCE && (mark & MAX_POOL_SEQUENCE) == s + 1; }
+static inline bool is_taken_mark(int64_t mark, int64_t s) {
+    return mark > MAX_POOL_SEQUENCE && (mark & MAX_POOL_SEQUENCE) == s + 1;
+}
 static inline int64_t pool_skipped_mark(int64_t s) { return -(s + 1); }  /* ringlive's skipped slot */
 static inline int64_t record_slots(const sy_ring *r, int64_t bytes) {
     return (RECORD_PREFIX_BYTES + bytes + r->slot_size - 1) / r->slot_size;

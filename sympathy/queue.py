@@ -22,6 +22,7 @@ counted in `abandoned`. See docs/ring.md, "The queue".
 """
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import queue
@@ -63,13 +64,16 @@ def _timeout_ns(block: bool, timeout) -> int:
     return max(0, int(timeout * 1e9)) if timeout < 1e9 else -1
 
 
-def _in_slices(call, t: int) -> int:
+def _in_slices(q: "Queue", call, t: int) -> int:
     """call(slice_ns) until it is not a slice's timeout or t (ns, < 0 forever) runs out: the C wait
-    holds no GIL and Python runs signal handlers (Ctrl-C) only between the calls."""
+    holds no GIL and Python runs signal handlers (Ctrl-C) only between the calls; a close() from
+    another thread ends the wait at the next slice."""
     while True:
         status = call(_SLICE_NS if t < 0 or t > _SLICE_NS else t)
         if status != SY_ETIMEDOUT or 0 <= t <= _SLICE_NS:
             return status
+        if q._closed:
+            raise ValueError(f"Queue {q!r} is closed")
         if t > 0:
             t -= _SLICE_NS
 
@@ -122,8 +126,9 @@ class Queue:
         out = ffi.new("sy_ring **")
         status = lib.sy_ring_attach(segment.segment_name(name), out)
         if status != 0:
-            if ffi.errno == 2:
-                raise FileNotFoundError(2, f"queue {name!r} is gone: its creator closed it or exited")
+            if ffi.errno == errno.ENOENT:
+                raise FileNotFoundError(errno.ENOENT, f"queue {name!r} is gone: its creator's Queue object was "
+                                                      f"collected, or the creator exited")
             check(status, f"attaching to queue {name!r}", os_errno=ffi.errno or None)
         handle = ffi.gc(out[0], lib.sy_ring_free)
         maxsize, joinable = ffi.new("int64_t *"), ffi.new("int *")
@@ -174,7 +179,8 @@ class Queue:
             producer = self._producer or self._open_producer()
             status = _put1(producer, data, n, _TAG_PICKLE, t if 0 <= t <= _SLICE_NS else _SLICE_NS)
             if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(lambda s: _put1(producer, data, n, _TAG_PICKLE, s), t - _SLICE_NS if t > 0 else t)
+                status = _in_slices(self, lambda s: _put1(producer, data, n, _TAG_PICKLE, s),
+                                    t - _SLICE_NS if t > 0 else t)
         finally:
             lock.release()
         if status:
@@ -194,7 +200,8 @@ class Queue:
             raise queue.Full
         try:
             producer = self._producer or self._open_producer()
-            status = _in_slices(lambda s: lib.sy_queue_put(producer, pieces, c_sizes, len(parts), _TAG_BUFFERS, s), t)
+            status = _in_slices(self, lambda s: lib.sy_queue_put(producer, pieces, c_sizes, len(parts),
+                                                                 _TAG_BUFFERS, s), t)
         finally:
             self._put_lock.release()
         if status:
@@ -223,7 +230,7 @@ class Queue:
             out, tag, scratch = self._out, self._tag, self._scratch_ptr
             status = _get(worker, scratch, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS, out, tag)
             if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(lambda s: _get(worker, scratch, SCRATCH_BYTES, s, out, tag),
+                status = _in_slices(self, lambda s: _get(worker, scratch, SCRATCH_BYTES, s, out, tag),
                                     t - _SLICE_NS if t > 0 else t)
             if status == 0:
                 return _loads(self._scratch_view[:out[0]])  # before the lock goes: the scratch is reused
@@ -283,8 +290,9 @@ class Queue:
     # ---- lifetime --------------------------------------------------------------------------------
     def close(self) -> None:
         """This process puts and gets no more through this handle (multiprocessing.Queue.close);
-        the queue goes on for the others. The creator's segment name goes when it is collected or
-        the creator exits."""
+        the queue goes on for the others. A put or get waiting in another thread ends with
+        ValueError within one wait slice. The creator's segment name goes when its Queue object is
+        collected or it exits: keep it alive until the processes it starts have attached."""
         if self._closed:
             return
         self._closed = True
@@ -337,10 +345,6 @@ class Queue:
         self._worker = ffi.gc(out[0], lib.sy_queue_worker_close)
         return self._worker
 
-    def _check_closed(self) -> None:
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-
     def __repr__(self) -> str:
         return f"<sympathy.{type(self).__name__} {self._name!r} maxsize={self._maxsize}>"
 
@@ -357,7 +361,7 @@ class JoinableQueue(Queue):
     def join(self) -> None:
         """Until every item put has been task_done() (an item lost with a dead consumer counts as
         done: nobody can call task_done for it)."""
-        while lib.sy_queue_join(self._handle, int(WAIT_SLICE_S * 1e9)) == SY_ETIMEDOUT:
+        while lib.sy_queue_join(self._handle, _SLICE_NS) == SY_ETIMEDOUT:
             pass
 
 

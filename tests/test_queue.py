@@ -10,6 +10,7 @@ import os
 import pickle
 import queue
 import signal
+import threading
 import time
 
 import numpy as np
@@ -151,6 +152,43 @@ def test_attach_refuses_another_kind_of_queue():
             sy.Queue._attach(rb.name)
     finally:
         rb.close()
+
+
+def test_close_from_another_thread_ends_a_blocked_get():
+    q, errors = sy.Queue(), []
+
+    def blocked():
+        try:
+            q.get()
+        except ValueError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=blocked)
+    thread.start()
+    time.sleep(0.2)
+    q.close()
+    thread.join(TIMEOUT)
+    assert not thread.is_alive() and "closed" in str(errors[0])
+
+
+def _get_until_interrupted(q, waiting):
+    waiting.set()
+    try:
+        q.get()
+    except KeyboardInterrupt:
+        raise SystemExit(7)
+
+
+def test_ctrl_c_interrupts_a_blocked_get():
+    ctx = mp.get_context("fork")
+    q, waiting = sy.Queue(), ctx.Event()
+    child = ctx.Process(target=_get_until_interrupted, args=(q, waiting))
+    child.start()
+    assert waiting.wait(TIMEOUT)
+    time.sleep(0.2)
+    os.kill(child.pid, signal.SIGINT)
+    child.join(TIMEOUT)
+    assert child.exitcode == 7
 
 
 # ---- records: any size, any picklable object -----------------------------------------------------------
