@@ -154,6 +154,20 @@ def test_attach_refuses_another_kind_of_queue():
         rb.close()
 
 
+def _signal_when_ready(target, q, sig, settle=0.0):
+    """Start target(q, ready) in a forked child, wait until it sets ready, then (after `settle`
+    seconds, for a child about to block) send it sig; returns the child, joined."""
+    ctx = mp.get_context("fork")
+    ready = ctx.Event()
+    child = ctx.Process(target=target, args=(q, ready))
+    child.start()
+    assert ready.wait(TIMEOUT), "the child never got ready"
+    time.sleep(settle)
+    os.kill(child.pid, sig)
+    child.join(TIMEOUT)
+    return child
+
+
 def test_close_from_another_thread_ends_a_blocked_get():
     q, errors = sy.Queue(), []
 
@@ -180,15 +194,7 @@ def _get_until_interrupted(q, waiting):
 
 
 def test_ctrl_c_interrupts_a_blocked_get():
-    ctx = mp.get_context("fork")
-    q, waiting = sy.Queue(), ctx.Event()
-    child = ctx.Process(target=_get_until_interrupted, args=(q, waiting))
-    child.start()
-    assert waiting.wait(TIMEOUT)
-    time.sleep(0.2)
-    os.kill(child.pid, signal.SIGINT)
-    child.join(TIMEOUT)
-    assert child.exitcode == 7
+    assert _signal_when_ready(_get_until_interrupted, sy.Queue(), signal.SIGINT, settle=0.2).exitcode == 7
 
 
 # ---- records: any size, any picklable object -----------------------------------------------------------
@@ -336,13 +342,8 @@ def test_a_worker_killed_holding_a_record_is_counted_lost_and_stalls_nothing():
     Forbidden: the producers stalling behind the dead worker's gate (Full), a duplicate, a second loss."""
     ctx = mp.get_context("fork")
     q, results = sy.Queue(capacity_bytes=1 << 12), ctx.Queue()  # 32 slots: the gate would stall a lap
-    holding = ctx.Event()
-    victim = ctx.Process(target=_take_one_and_hang, args=(q, holding))
     q.put(("victim", 0))
-    victim.start()
-    assert holding.wait(TIMEOUT)
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.join(TIMEOUT)
+    _signal_when_ready(_take_one_and_hang, q, signal.SIGKILL)
     survivor = ctx.Process(target=_consume_until_none, args=(q, results))
     survivor.start()
     n = 500  # 15 laps of the ring
@@ -358,13 +359,8 @@ def test_a_worker_killed_holding_a_record_is_counted_lost_and_stalls_nothing():
 def test_joinable_join_does_not_wait_for_a_lost_item():
     ctx = mp.get_context("fork")
     q = sy.JoinableQueue()
-    holding = ctx.Event()
     q.put("doomed")
-    victim = ctx.Process(target=_take_one_and_hang, args=(q, holding))
-    victim.start()
-    assert holding.wait(TIMEOUT)
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.join(TIMEOUT)
+    _signal_when_ready(_take_one_and_hang, q, signal.SIGKILL)
     joiner = ctx.Process(target=q.join)
     joiner.start()
     joiner.join(TIMEOUT)
@@ -414,16 +410,9 @@ def _block_on_a_full_queue(q, started):
 
 
 def test_a_producer_killed_while_blocked_gives_back_its_count():
-    ctx = mp.get_context("fork")
     q = sy.Queue(maxsize=1)
     q.put("first")
-    started = ctx.Event()
-    victim = ctx.Process(target=_block_on_a_full_queue, args=(q, started))
-    victim.start()
-    assert started.wait(TIMEOUT)
-    time.sleep(0.2)
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.join(TIMEOUT)
+    _signal_when_ready(_block_on_a_full_queue, q, signal.SIGKILL, settle=0.2)
     assert q.get(timeout=TIMEOUT) == "first"
     q.put("second", timeout=TIMEOUT)  # its reservation is given back: room for one
     assert q.qsize() == 1 and q.get(timeout=TIMEOUT) == "second" and q.empty()
