@@ -64,12 +64,13 @@ def _timeout_ns(block: bool, timeout) -> int:
     return max(0, int(timeout * 1e9)) if timeout < 1e9 else -1
 
 
-def _in_slices(q: "Queue", call, t: int) -> int:
-    """call(slice_ns) until it is not a slice's timeout or t (ns, < 0 forever) runs out: the C wait
-    holds no GIL and Python runs signal handlers (Ctrl-C) only between the calls; a close() from
-    another thread ends the wait at the next slice."""
+def _in_slices(q: "Queue", call, head: tuple, tail: tuple, t: int) -> int:
+    """call(*head, slice_ns, *tail) until it is not a slice's timeout or t (ns, < 0 forever) runs
+    out: the C wait holds no GIL and Python runs signal handlers (Ctrl-C) only between the calls; a
+    close() from another thread ends the wait at the next slice. (No lambda: a closure would make
+    put's and get's locals cells on every call, fast path included.)"""
     while True:
-        status = call(_SLICE_NS if t < 0 or t > _SLICE_NS else t)
+        status = call(*head, _SLICE_NS if t < 0 or t > _SLICE_NS else t, *tail)
         if status != SY_ETIMEDOUT or 0 <= t <= _SLICE_NS:
             return status
         if q._closed:
@@ -179,8 +180,7 @@ class Queue:
             producer = self._producer or self._open_producer()
             status = _put1(producer, data, n, _TAG_PICKLE, t if 0 <= t <= _SLICE_NS else _SLICE_NS)
             if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(self, lambda s: _put1(producer, data, n, _TAG_PICKLE, s),
-                                    t - _SLICE_NS if t > 0 else t)
+                status = _in_slices(self, _put1, (producer, data, n, _TAG_PICKLE), (), t - _SLICE_NS if t > 0 else t)
         finally:
             lock.release()
         if status:
@@ -200,8 +200,7 @@ class Queue:
             raise queue.Full
         try:
             producer = self._producer or self._open_producer()
-            status = _in_slices(self, lambda s: lib.sy_queue_put(producer, pieces, c_sizes, len(parts),
-                                                                 _TAG_BUFFERS, s), t)
+            status = _in_slices(self, lib.sy_queue_put, (producer, pieces, c_sizes, len(parts), _TAG_BUFFERS), (), t)
         finally:
             self._put_lock.release()
         if status:
@@ -230,7 +229,7 @@ class Queue:
             out, tag, scratch = self._out, self._tag, self._scratch_ptr
             status = _get(worker, scratch, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS, out, tag)
             if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(self, lambda s: _get(worker, scratch, SCRATCH_BYTES, s, out, tag),
+                status = _in_slices(self, _get, (worker, scratch, SCRATCH_BYTES), (out, tag),
                                     t - _SLICE_NS if t > 0 else t)
             if status == 0:
                 return _loads(self._scratch_view[:out[0]])  # before the lock goes: the scratch is reused
