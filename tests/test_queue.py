@@ -9,6 +9,7 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import random
 import signal
 import threading
 import time
@@ -367,9 +368,11 @@ def test_joinable_join_does_not_wait_for_a_lost_item():
     assert joiner.exitcode == 0 and q.lost == 1
 
 
-def _put_big_records_forever(q):
+def _put_big_records_forever(q, ready):
     blob = b"\xab" * (4 << 20)
-    while True:
+    q.put(blob)
+    ready.set()
+    while True:  # 15 records fill the 64 MiB ring: the kill comes within the first few
         q.put(blob)
 
 
@@ -379,10 +382,13 @@ def test_a_producer_killed_mid_put_is_skipped_and_the_live_ones_all_arrive():
     a live producer's item lost or doubled."""
     ctx = mp.get_context("fork")
     q, results = sy.Queue(capacity_bytes=64 << 20), ctx.Queue()
-    for attempt in range(20):  # a kill lands inside the ~1 ms copy of a 4 MiB record most of the time
-        victim = ctx.Process(target=_put_big_records_forever, args=(q,))
+    rng = random.Random(19)
+    for attempt in range(30):  # most of a put of 4 MiB is its copy into the ring: most kills land there
+        ready = ctx.Event()
+        victim = ctx.Process(target=_put_big_records_forever, args=(q, ready))
         victim.start()
-        time.sleep(0.05 + 0.01 * attempt)
+        assert ready.wait(TIMEOUT)
+        time.sleep(rng.uniform(0, 0.01))
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(TIMEOUT)
         while True:  # drain what it completed: intact, or an error here
@@ -392,7 +398,7 @@ def test_a_producer_killed_mid_put_is_skipped_and_the_live_ones_all_arrive():
                 break
         if q.abandoned:
             break
-    assert q.abandoned >= 1, "no kill landed between a claim and its publish in 20 tries"
+    assert q.abandoned >= 1, "no kill landed between a claim and its publish in 30 tries"
     live = ctx.Process(target=_produce, args=(q, 0, 2000))
     worker = ctx.Process(target=_consume_until_none, args=(q, results))
     live.start()
