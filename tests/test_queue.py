@@ -368,6 +368,30 @@ def test_joinable_join_does_not_wait_for_a_lost_item():
     assert joiner.exitcode == 0 and q.lost == 1
 
 
+def _use_once_and_vanish(q, role):
+    if role == "put":
+        q.put(os.getpid())
+    else:
+        q.get(timeout=TIMEOUT)
+    os._exit(0)  # no finaliser runs: the producer or consumer record stays, its pid dead
+
+
+def test_records_of_vanished_processes_are_reused():
+    """66 producers and 66 consumers, each exiting without closing: the 64 records of each kind are
+    freed for newcomers once their owners are dead (and nothing they held is counted lost)."""
+    ctx = mp.get_context("fork")
+    q = sy.Queue()
+    for role in ("put", "get"):
+        for _ in range(66):
+            child = ctx.Process(target=_use_once_and_vanish, args=(q, role))
+            child.start()
+            child.join(TIMEOUT)
+            assert child.exitcode == 0
+    assert q.qsize() == 0 and q.lost == 0 and q.abandoned == 0
+    q.put("still works")
+    assert q.get(timeout=TIMEOUT) == "still works"
+
+
 def _put_big_records_forever(q, ready):
     blob = b"\xab" * (4 << 20)
     q.put(blob)
