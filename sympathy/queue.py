@@ -117,9 +117,13 @@ class Queue:
         check(lib.sy_queue_init(handle, maxsize, int(self._joinable)), "initialising the queue")
         nonce = int(lib.sy_ring_nonce(handle))
         inode = segment.remember_created(name, nonce)
-        # The creator removes the name when this object goes or the interpreter exits; processes
-        # that attached keep their mapping (as with any POSIX shared memory).
-        self._finalizer = weakref.finalize(self, _unlink_if_creator, name, nonce, inode, os.getpid())
+        # The creator removes the name when the interpreter exits, or when this object goes if it
+        # was never pickled: a pickled handle may still be on its way to a process that attaches
+        # by name (Process.start() drops its reference to args before a spawned child unpickles).
+        # Processes that attached keep their mapping either way (as with any POSIX shared memory).
+        self._pickled = [False]
+        self._finalizer = weakref.finalize(self, _unlink_if_creator, name, nonce, inode, os.getpid(),
+                                           self._pickled)
         self._setup(handle, name, maxsize)
 
     @classmethod
@@ -136,7 +140,7 @@ class Queue:
         if lib.sy_queue_check(handle, maxsize, joinable) != 0 or bool(joinable[0]) != cls._joinable:
             raise ValueError(f"segment {name!r} is not a sympathy.{cls.__name__}")
         q = cls.__new__(cls)
-        q._finalizer = None
+        q._finalizer, q._pickled = None, [True]
         q._setup(handle, name, int(maxsize[0]))
         return q
 
@@ -156,6 +160,7 @@ class Queue:
         _handles.add(self)
 
     def __reduce__(self):
+        self._pickled[0] = True
         return type(self)._attach, (self._name,)
 
     # ---- put -----------------------------------------------------------------------------------
@@ -290,8 +295,8 @@ class Queue:
     def close(self) -> None:
         """This process puts and gets no more through this handle (multiprocessing.Queue.close);
         the queue goes on for the others. A put or get waiting in another thread ends with
-        ValueError within one wait slice. The creator's segment name goes when its Queue object is
-        collected or it exits: keep it alive until the processes it starts have attached."""
+        ValueError within one wait slice. The creator's segment name goes when it exits (or, for a
+        queue never pickled, when its Queue object is collected)."""
         if self._closed:
             return
         self._closed = True
@@ -378,8 +383,8 @@ def _load_with_buffers(record: bytearray):
     return pickle.loads(data, buffers=buffers)
 
 
-def _unlink_if_creator(name: str, nonce: int, inode, pid: int) -> None:
-    if os.getpid() == pid:
+def _unlink_if_creator(name: str, nonce: int, inode, pid: int, pickled: list) -> None:
+    if os.getpid() == pid and not pickled[0]:
         segment.unlink_own(name, nonce, inode)
 
 

@@ -116,6 +116,27 @@ def test_interface_matches_in_a_child_under(method):
     assert outcomes["ours"] == outcomes["theirs"]
 
 
+def _put_one(q):
+    q.put("from the child")
+
+
+def test_a_queue_only_the_spawned_child_holds_still_arrives():
+    """Process(args=(sy.Queue(),)).start() drops its reference before the child attaches by name."""
+    ctx = mp.get_context("spawn")
+    child = ctx.Process(target=_put_one, args=(sy.Queue(),))
+    child.start()
+    child.join(TIMEOUT)
+    assert child.exitcode == 0
+
+
+def test_a_queue_never_pickled_is_removed_when_collected():
+    q = sy.Queue()
+    path = f"/dev/shm/{q.name}"
+    assert os.path.exists(path)
+    del q
+    assert not os.path.exists(path)
+
+
 def test_maxsize_reads_as_multiprocessing_does():
     for maxsize in (0, -3):
         q = sy.Queue(maxsize)
