@@ -220,6 +220,44 @@ int sy_bench_false_sharing(int padding, int64_t items, const int *cpus, int n_cp
 int sy_bench_mutex_pingpong(int64_t rounds, const int *cpus, int n_cpus, int64_t *rtt_ns);
 int sy_bench_oneway(int use_ring, int wait, int64_t items, int64_t interval_ns, const int *cpus, int n_cpus,
                     int64_t *latency_ns);
+/* ---- work sharing and records: sympathy.Queue (c_src/ring_work.c) ----
+ * A ring made with producer_kind multi and slot_size >= 16, then sy_queue_init by its creator, is a
+ * work queue: each record put goes to exactly one worker (order kept per producer). Records are
+ * byte strings up to sy_queue_max_record bytes, spanning consecutive slots. */
+enum sy_queue_status {
+    SY_QUEUE_HELD = 1,  /* sy_queue_get: the record did not fit (or has a tag): it is held, copy it out */
+};
+typedef struct sy_queue_producer sy_queue_producer;
+typedef struct sy_queue_worker sy_queue_worker;
+typedef struct sy_queue_counts {
+    int64_t items;       /* put (or being put) and not yet taken: qsize */
+    int64_t unfinished;  /* put and not yet task_done (JoinableQueue) */
+    int64_t lost;        /* records a worker took and died holding */
+    int64_t abandoned;   /* puts whose producer died between its claim and its publish */
+    int64_t maxsize;     /* 0: unbounded */
+} sy_queue_tally;
+/* maxsize: items (0 unbounded). SY_EINVAL for a ring that is not multi-producer or already a queue. */
+int sy_queue_init(sy_ring *ring, int64_t maxsize, int joinable);
+int sy_queue_check(const sy_ring *ring, int64_t *maxsize, int *joinable);  /* SY_EINVAL: not a queue */
+int64_t sy_queue_max_record(const sy_ring *ring);
+int sy_queue_producer_open(sy_ring *ring, sy_queue_producer **out);
+void sy_queue_producer_close(sy_queue_producer *producer);
+/* One record gathered from n pieces; tag is stored with it. Waits for a count below maxsize, then for
+ * space; timeout_ns < 0 forever, 0 one try (SY_ETIMEDOUT). */
+int sy_queue_put(sy_queue_producer *producer, const void *const *pieces, const int64_t *sizes, int n, int64_t tag,
+                 int64_t timeout_ns);
+int sy_queue_put1(sy_queue_producer *producer, const void *data, int64_t size, int64_t tag, int64_t timeout_ns);
+int sy_queue_worker_open(sy_ring *ring, sy_queue_worker **out);
+void sy_queue_worker_close(sy_queue_worker *worker);  /* a record still held is counted lost */
+/* Takes the next record: copied into dst when it fits in capacity bytes and its tag is 0 (SY_OK);
+ * else held (SY_QUEUE_HELD) for sy_queue_copy_held into a buffer of *bytes. */
+int sy_queue_get(sy_queue_worker *worker, void *dst, int64_t capacity, int64_t timeout_ns, int64_t *bytes,
+                 int64_t *tag);
+int sy_queue_copy_held(sy_queue_worker *worker, void *dst);
+/* reap: first look for dead workers (their held records counted lost) and dead producers. */
+int sy_queue_counts(sy_ring *ring, int reap, sy_queue_tally *out);
+int sy_queue_task_done(sy_ring *ring);               /* SY_EINVAL: called more times than items put */
+int sy_queue_join(sy_ring *ring, int64_t timeout_ns); /* until every item put is task_done */
 /* CDEF END */
 
 #endif /* SYMPATHY_RING_H */

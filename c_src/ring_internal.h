@@ -51,11 +51,15 @@
 #define SY_RING_INTERNAL __attribute__((visibility("hidden")))
 
 #define SY_RING_MAGIC 0x474E495259504D59ull  /* "YMPYRING" little-endian: identifies our segments */
-/* 3: the origin block at the header's end (creation nonce, creator pid, item type).
+/* 4: the work pool's blocks at the header's end (sympathy.Queue: work sequence, item counts, one
+ * gate per worker, one claim intent per producer).
+ * 3: the origin block at the header's end (creation nonce, creator pid, item type).
  * 2: per-slot published headers, strided slots, the sequence area (1 had a cursor-only single
  * producer and a separate lap-number array for multi producers). */
-#define SY_RING_VERSION 3u
+#define SY_RING_VERSION 4u
 #define NO_SEQUENCE (-1)
+/* 128-byte blocks of the work pool: settings, work sequence, counts, 64 gates, 64 intents. */
+#define SY_WORK_POOL_BLOCKS (3 + SY_RING_MAX_CONSUMERS + SY_RING_MAX_PRODUCERS)
 
 /* ---- the shared layout ------------------------------------------------------------------------ */
 
@@ -146,6 +150,8 @@ struct sy_ring_header {
     sy_consumer_record consumers[SY_RING_MAX_CONSUMERS];
     sy_producer_record producers[SY_RING_MAX_PRODUCERS];
     sy_ring_origin origin;
+    /* sympathy.Queue's shared state (struct sy_work_pool, defined with its code in ring_work.c); zero, and unused, in a plain ring. */
+    _Alignas(SY_DESTRUCTIVE_SIZE) unsigned char work_pool[SY_WORK_POOL_BLOCKS * SY_DESTRUCTIVE_SIZE];
 };
 
 /* A slot's header: the sequence last published into it, plus one, so that the zero-filled fresh

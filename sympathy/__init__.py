@@ -3,6 +3,7 @@
     import sympathy as sy
     sy.matmul(a, b, kernel="packed")        # c_src/matmul.c
     sy.RingBuffer(1024, dtype=np.int64)     # c_src/ring_*.c
+    sy.Queue()                              # multiprocessing.Queue on the ring (sympathy/ring/queue.py)
     sy.lab.false_sharing(threads=2)         # c_src/lab.c
     sy.attention.cpu(q, k, v)               # c_src/attention.c
 
@@ -26,7 +27,7 @@ from . import topology
 # ---- subjects: one C file and one module each ----
 from . import attention, lab, matmul, softmax
 from .matmul import MATMUL_KERNELS, matmul_python
-from .ring import Consumer, Disruptor, EventHandlerGroup, EventPoller, PollState, RingBuffer
+from .ring import Consumer, Disruptor, EventHandlerGroup, EventPoller, JoinableQueue, PollState, Queue, RingBuffer
 from .softmax import online_softmax
 
 for _module in (matmul, softmax, topology):

@@ -25,6 +25,7 @@ from ._core import PRODUCERS, WAIT_SLICE_NS, WAITS
 from .buffer import RingBuffer
 from .consumer import Consumer, EventPoller, PollState
 from .disruptor import Disruptor, EventHandlerGroup
+from .queue import JoinableQueue, Queue
 
 __all__ = ["RingBuffer", "Consumer", "EventPoller", "PollState", "WAITS", "PRODUCERS", "WAIT_SLICE_NS",
-           "Disruptor", "EventHandlerGroup"]
+           "Disruptor", "EventHandlerGroup", "Queue", "JoinableQueue"]

@@ -1,0 +1,396 @@
+"""sympathy.Queue: multiprocessing.Queue's interface on the ring, work shared among processes.
+
+    q = sy.Queue()                      # or sy.Queue(maxsize=100), sy.JoinableQueue()
+    Process(target=worker, args=(q,))   # under fork or spawn: the handle pickles as its segment's name
+    q.put(obj); q.get()                 # any picklable object; each item to exactly one consumer
+
+Semantics are multiprocessing.Queue's, call by call (tests/test_queue.py compares the two): `put`
+and `get` with `block` and `timeout` (a negative timeout tries once, as there), `queue.Full` and
+`queue.Empty`, `ValueError` once this handle is closed, `join_thread` asserting a prior `close`.
+Differences, all on the safe side: there is no feeder thread, so `put` has copied the item into
+shared memory when it returns (nothing is lost if the process exits right after, and
+`cancel_join_thread` has nothing to cancel); the handle may be pickled anywhere, not only to a
+child process. Capacity: `maxsize` counts items, as there; independently the ring holds at most
+`capacity_bytes` of records (default 16 MiB), and one item may take at most that much pickled.
+
+Items are pickled with protocol 5; NumPy arrays (whatever pickles through PickleBuffer) travel as
+out-of-band buffers, copied once into the ring and once out of it. Several producer processes and
+several consumer processes may share one queue; items of one producer arrive in the order it put
+them. A consumer killed while it holds an item it has taken (between the take and the copy out)
+does not stall the queue: the item is counted in `lost`; a producer killed mid-put is skipped and
+counted in `abandoned`. See docs/ring.md, "The queue".
+"""
+from __future__ import annotations
+
+import errno
+import os
+import pickle
+import queue
+import secrets
+import struct
+import threading
+import weakref
+
+from .._errors import SY_EINVAL, SY_ETIMEDOUT, check
+from .._ring import ffi, lib
+from . import segment
+
+__all__ = ["Queue", "JoinableQueue"]
+
+SLOT_BYTES = 120          # payload per 128-byte slot (8 go to the slot's header): a pickled small dict fits one
+DEFAULT_CAPACITY_BYTES = 1 << 24
+SCRATCH_BYTES = 1 << 16   # records up to this land in a kept buffer: no allocation per get
+WAIT_SLICE_S = 0.05       # C waits in slices so that Ctrl-C (signal handlers) runs between them
+_SLICE_NS = int(WAIT_SLICE_S * 1e9)
+_TAG_PICKLE, _TAG_BUFFERS = 0, 1
+_ITEM_TYPE = b"sympathy.Queue"
+
+_put1, _get = lib.sy_queue_put1, lib.sy_queue_get
+_dumps, _loads = pickle.dumps, pickle.loads
+_handles: weakref.WeakSet = weakref.WeakSet()  # every Queue of this process, for fork
+
+
+def _timeout_ns(block: bool, timeout) -> int:
+    """multiprocessing.Queue's reading of (block, timeout): block=False ignores timeout; a negative
+    timeout tries once (no ValueError, unlike queue.Queue); None waits forever."""
+    if not block:
+        return 0
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None; got {type(timeout).__name__}")
+    if timeout != timeout:
+        raise ValueError("timeout must be a number of seconds or None; got nan")
+    return max(0, int(timeout * 1e9)) if timeout < 1e9 else -1
+
+
+def _in_slices(q: "Queue", call, head: tuple, tail: tuple, t: int) -> int:
+    """call(*head, slice_ns, *tail) until it is not a slice's timeout or t (ns, < 0 forever) runs
+    out: the C wait holds no GIL and Python runs signal handlers (Ctrl-C) only between the calls; a
+    close() from another thread ends the wait at the next slice. (No lambda: a closure would make
+    put's and get's locals cells on every call, fast path included.)"""
+    while True:
+        status = call(*head, _SLICE_NS if t < 0 or t > _SLICE_NS else t, *tail)
+        if status != SY_ETIMEDOUT or 0 <= t <= _SLICE_NS:
+            return status
+        if q._closed:
+            raise ValueError(f"Queue {q!r} is closed")
+        if t > 0:
+            t -= _SLICE_NS
+
+
+def _raise(status: int, timeout_exc: type, what: str) -> None:
+    if status == SY_ETIMEDOUT:
+        raise timeout_exc
+    check(status, what)
+
+
+class Queue:
+    """multiprocessing.Queue on a shared ring; each item goes to exactly one consumer.
+
+    maxsize: at most this many items in the queue (<= 0: no limit), as multiprocessing.Queue.
+    capacity_bytes (ours): bytes of records the ring holds, rounded up to a power of two of 128-byte
+    slots; an item pickles to at most this much (ValueError otherwise). ctx is accepted for
+    multiprocessing.Queue's signature and not needed (the queue works under every start method).
+    """
+
+    _joinable = False
+
+    def __init__(self, maxsize: int = 0, *, ctx=None, capacity_bytes: int = DEFAULT_CAPACITY_BYTES):
+        if isinstance(maxsize, bool) or not hasattr(maxsize, "__index__"):
+            raise TypeError(f"'{type(maxsize).__name__}' object cannot be interpreted as an integer")
+        maxsize = max(0, maxsize.__index__())
+        if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int):
+            raise TypeError(f"capacity_bytes must be an int; got {type(capacity_bytes).__name__}")
+        if not 1024 <= capacity_bytes <= 1 << 40:
+            raise ValueError(f"capacity_bytes must be in [1024, 2**40]; got {capacity_bytes}")
+        slots = 1 << max(3, (-(-capacity_bytes // (SLOT_BYTES + 8)) - 1).bit_length())
+        name = f"sympathy-queue-{os.getpid()}-{secrets.token_hex(6)}"
+        config = ffi.new("sy_ring_config *", {"capacity": slots, "slot_size": SLOT_BYTES,
+                                              "producer_kind": lib.SY_RING_MULTI_PRODUCER,
+                                              "wait": lib.SY_WAIT_BLOCKING})
+        item_type = ffi.new("char[]", _ITEM_TYPE)
+        config.item_type = item_type
+        out = ffi.new("sy_ring **")
+        segment.create_named(config, name, out)
+        handle = ffi.gc(out[0], lib.sy_ring_free)
+        check(lib.sy_queue_init(handle, maxsize, int(self._joinable)), "initialising the queue")
+        nonce = int(lib.sy_ring_nonce(handle))
+        inode = segment.remember_created(name, nonce)
+        # The creator removes the name when the interpreter exits, or when this object goes if it
+        # was never pickled: a pickled handle may still be on its way to a process that attaches
+        # by name (Process.start() drops its reference to args before a spawned child unpickles).
+        # Processes that attached keep their mapping either way (as with any POSIX shared memory).
+        self._pickled = [False]
+        self._finalizer = weakref.finalize(self, _unlink_if_creator, name, nonce, inode, os.getpid(),
+                                           self._pickled)
+        self._setup(handle, name, maxsize)
+
+    @classmethod
+    def _attach(cls, name: str) -> "Queue":
+        out = ffi.new("sy_ring **")
+        status = lib.sy_ring_attach(segment.segment_name(name), out)
+        if status != 0:
+            if ffi.errno == errno.ENOENT:
+                raise FileNotFoundError(errno.ENOENT, f"queue {name!r} is gone: its creator's Queue object was "
+                                                      f"collected, or the creator exited")
+            check(status, f"attaching to queue {name!r}", os_errno=ffi.errno or None)
+        handle = ffi.gc(out[0], lib.sy_ring_free)
+        maxsize, joinable = ffi.new("int64_t *"), ffi.new("int *")
+        if lib.sy_queue_check(handle, maxsize, joinable) != 0 or bool(joinable[0]) != cls._joinable:
+            raise ValueError(f"segment {name!r} is not a sympathy.{cls.__name__}")
+        q = cls.__new__(cls)
+        q._finalizer, q._pickled = None, [True]
+        q._setup(handle, name, int(maxsize[0]))
+        return q
+
+    def _setup(self, handle, name: str, maxsize: int) -> None:
+        self._handle = handle
+        self._name = name
+        self._maxsize = maxsize
+        self._max_record = int(lib.sy_queue_max_record(handle))
+        self._closed = False
+        self._producer = self._worker = None
+        self._put_lock, self._get_lock = threading.Lock(), threading.Lock()
+        self._scratch = bytearray(SCRATCH_BYTES)
+        self._scratch_view = memoryview(self._scratch)
+        self._scratch_ptr = ffi.from_buffer(self._scratch)
+        self._out, self._tag = ffi.new("int64_t *"), ffi.new("int64_t *")  # bytes, tag
+        self._tally = ffi.new("sy_queue_tally *")
+        _handles.add(self)
+
+    def __reduce__(self):
+        self._pickled[0] = True
+        return type(self)._attach, (self._name,)
+
+    # ---- put -----------------------------------------------------------------------------------
+    def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
+        """Put obj into the queue; queue.Full if no room comes in time (maxsize items, or ring bytes)."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        buffers: list = []
+        data = _dumps(obj, 5, buffer_callback=buffers.append)
+        if buffers:
+            return self._put_pieces(data, [b.raw() for b in buffers], t)
+        n = len(data)
+        if n > self._max_record:
+            self._too_big(n)
+        lock = self._put_lock
+        if t < 0:
+            lock.acquire()
+        elif not lock.acquire(True, t / 1e9):
+            raise queue.Full
+        try:
+            producer = self._producer or self._open_producer()
+            status = _put1(producer, data, n, _TAG_PICKLE, t if 0 <= t <= _SLICE_NS else _SLICE_NS)
+            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
+                status = _in_slices(self, _put1, (producer, data, n, _TAG_PICKLE), (), t - _SLICE_NS if t > 0 else t)
+        finally:
+            lock.release()
+        if status:
+            _raise(status, queue.Full, "putting an item")
+
+    def _put_pieces(self, data: bytes, raws: list, t: int) -> None:
+        """A record of the pickle and its out-of-band buffers, each copied once into the ring."""
+        head = struct.pack(f"<{len(raws) + 2}q", len(raws), len(data), *(r.nbytes for r in raws))
+        parts = [head, data, *raws]
+        sizes = [len(head), len(data), *(r.nbytes for r in raws)]
+        if sum(sizes) > self._max_record:
+            self._too_big(sum(sizes))
+        keep = [ffi.from_buffer(p) for p in parts]  # alive until the C call returns
+        pieces = ffi.new("void *[]", keep)
+        c_sizes = ffi.new("int64_t[]", sizes)
+        if not self._put_lock.acquire(True, -1 if t < 0 else t / 1e9):
+            raise queue.Full
+        try:
+            producer = self._producer or self._open_producer()
+            status = _in_slices(self, lib.sy_queue_put, (producer, pieces, c_sizes, len(parts), _TAG_BUFFERS), (), t)
+        finally:
+            self._put_lock.release()
+        if status:
+            _raise(status, queue.Full, "putting an item")
+
+    def _too_big(self, n: int):
+        raise ValueError(f"the item pickles to {n} bytes; this queue's ring holds records of at most "
+                         f"{self._max_record} bytes: make the queue with a larger capacity_bytes=")
+
+    def put_nowait(self, obj) -> None:
+        return self.put(obj, False)
+
+    # ---- get -----------------------------------------------------------------------------------
+    def get(self, block: bool = True, timeout: float | None = None):
+        """Remove and return an item; queue.Empty if none comes in time."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        lock = self._get_lock
+        if t < 0:
+            lock.acquire()
+        elif not lock.acquire(True, t / 1e9):
+            raise queue.Empty
+        try:
+            worker = self._worker or self._open_worker()
+            out, tag, scratch = self._out, self._tag, self._scratch_ptr
+            status = _get(worker, scratch, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS, out, tag)
+            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
+                status = _in_slices(self, _get, (worker, scratch, SCRATCH_BYTES), (out, tag),
+                                    t - _SLICE_NS if t > 0 else t)
+            if status == 0:
+                return _loads(self._scratch_view[:out[0]])  # before the lock goes: the scratch is reused
+            if status != lib.SY_QUEUE_HELD:
+                _raise(status, queue.Empty, "getting an item")
+            record = bytearray(out[0])  # its own buffer: out-of-band arrays are views of it
+            check(lib.sy_queue_copy_held(worker, ffi.from_buffer(record)), "copying an item out")
+            kind = tag[0]
+        finally:
+            lock.release()
+        if kind == _TAG_PICKLE:
+            return _loads(record)
+        return _load_with_buffers(record)
+
+    def get_nowait(self):
+        return self.get(False)
+
+    def _take_and_hold(self, timeout: float | None = None) -> int:
+        """Take the next record and keep it, uncopied (the path of a record too big for the scratch
+        buffer, stopped half-way): for fault tests that kill a consumer holding a record."""
+        worker = self._worker or self._open_worker()
+        status = lib.sy_queue_get(worker, ffi.NULL, 0, _timeout_ns(True, timeout), self._out, self._tag)
+        if status != lib.SY_QUEUE_HELD:
+            raise queue.Empty if status == SY_ETIMEDOUT else RuntimeError(f"status {status}")
+        return int(self._out[0])
+
+    # ---- sizes -----------------------------------------------------------------------------------
+    def _counts(self, reap: bool = False):
+        lib.sy_queue_counts(self._handle, int(reap), self._tally)
+        return self._tally
+
+    def qsize(self) -> int:
+        """Items put (or being put) and not yet taken; approximate while others put and get."""
+        return max(0, int(self._counts().items))
+
+    def empty(self) -> bool:
+        return self._counts().items <= 0
+
+    def full(self) -> bool:
+        return self._maxsize > 0 and self._counts().items >= self._maxsize
+
+    @property
+    def lost(self) -> int:
+        """Items a consumer took and died holding (killed between its take and its copy out): they
+        reached no consumer. Checked for dead consumers when read."""
+        return int(self._counts(reap=True).lost)
+
+    @property
+    def abandoned(self) -> int:
+        """Puts whose producer died between claiming ring space and publishing: skipped, never put."""
+        return int(self._counts(reap=True).abandoned)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    # ---- lifetime --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """This process puts and gets no more through this handle (multiprocessing.Queue.close);
+        the queue goes on for the others. A put or get waiting in another thread ends with
+        ValueError within one wait slice. The creator's segment name goes when it exits (or, for a
+        queue never pickled, when its Queue object is collected)."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._put_lock, self._get_lock:
+            self._release_handles()
+
+    def join_thread(self) -> None:
+        if not self._closed:
+            raise AssertionError(f"Queue {self!r} not closed")  # multiprocessing.Queue's (an assert there)
+
+    def cancel_join_thread(self) -> None:
+        """Nothing to cancel: put() has copied the item into shared memory when it returns."""
+
+    def _release_handles(self) -> None:
+        producer, worker, self._producer, self._worker = self._producer, self._worker, None, None
+        if producer is not None:
+            ffi.gc(producer, None)
+            lib.sy_queue_producer_close(producer)
+        if worker is not None:
+            ffi.gc(worker, None)
+            lib.sy_queue_worker_close(worker)
+
+    def _forget_inherited_handles(self) -> None:
+        """In a fork()ed child: the parent's producer and worker records are the parent's; drop
+        them unclosed (new ones open on first use) and keep the mapping."""
+        for attribute in ("_producer", "_worker"):
+            handle = getattr(self, attribute)
+            if handle is not None:
+                ffi.gc(handle, None)
+                setattr(self, attribute, None)
+        self._put_lock, self._get_lock = threading.Lock(), threading.Lock()
+        if self._finalizer is not None:
+            self._finalizer.detach()  # the creator's name is the creator's to remove
+
+    def _open_producer(self):
+        out = ffi.new("sy_queue_producer **")
+        status = lib.sy_queue_producer_open(self._handle, out)
+        if status == SY_EINVAL:
+            raise ValueError("this queue already has 64 producer processes (or threads' handles)")
+        check(status, "opening a producer")
+        self._producer = ffi.gc(out[0], lib.sy_queue_producer_close)
+        return self._producer
+
+    def _open_worker(self):
+        out = ffi.new("sy_queue_worker **")
+        status = lib.sy_queue_worker_open(self._handle, out)
+        if status == SY_EINVAL:
+            raise ValueError("this queue already has 64 consumer processes")
+        check(status, "opening a consumer")
+        self._worker = ffi.gc(out[0], lib.sy_queue_worker_close)
+        return self._worker
+
+    def __repr__(self) -> str:
+        return f"<sympathy.{type(self).__name__} {self._name!r} maxsize={self._maxsize}>"
+
+
+class JoinableQueue(Queue):
+    """multiprocessing.JoinableQueue: `task_done()` after each item got, `join()` until all are."""
+
+    _joinable = True
+
+    def task_done(self) -> None:
+        if lib.sy_queue_task_done(self._handle) == SY_EINVAL:
+            raise ValueError("task_done() called too many times")
+
+    def join(self) -> None:
+        """Until every item put has been task_done() (an item lost with a dead consumer counts as
+        done: nobody can call task_done for it)."""
+        while lib.sy_queue_join(self._handle, _SLICE_NS) == SY_ETIMEDOUT:
+            pass
+
+
+def _load_with_buffers(record: bytearray):
+    view = memoryview(record)
+    n = struct.unpack_from("<q", view)[0]
+    sizes = struct.unpack_from(f"<{n + 1}q", view, 8)
+    at = 8 * (n + 2)
+    data = view[at:at + sizes[0]]
+    at += sizes[0]
+    buffers = []
+    for size in sizes[1:]:
+        buffers.append(view[at:at + size])
+        at += size
+    return pickle.loads(data, buffers=buffers)
+
+
+def _unlink_if_creator(name: str, nonce: int, inode, pid: int, pickled: list) -> None:
+    if os.getpid() == pid and not pickled[0]:
+        segment.unlink_own(name, nonce, inode)
+
+
+def _after_fork_in_child() -> None:
+    for q in list(_handles):
+        q._forget_inherited_handles()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
