@@ -209,7 +209,6 @@ struct sy_ring_producer {
     _Alignas(SY_DESTRUCTIVE_SIZE) int64_t next_claim;  /* single: last claimed */
     int64_t gating_cache;                               /* single: cached min of gating sequences */
     _Atomic int busy;                                   /* single: a claim is open (claim to publish) */
-    _Atomic uintptr_t claimer;                          /* single: the thread that claimed last */
     sy_ring *ring;
     int record;
 };
