@@ -33,6 +33,31 @@ bool skip_lost(sy_ring_consumer *c, int64_t want) {
     return true;
 }
 
+/* Skips, from c->next on, every sequence that a dead producer left: those already marked, and, when
+ * look_for_dead (a consumer that runs after none: only the first stage decides who owns a hole),
+ * each hole that abandon_dead_claim marks. One dead claim is up to its size of sequences, so this
+ * abandons them one after another until a sequence is published, claimed by a live producer, or
+ * not claimed at all. Abandoning only the first (as before) left the rest a hole: once the stream
+ * was closed the reader found "nothing published at next" there and ended with ClosedError before
+ * a live producer's items that lay after the dead claim (interleaving: producer B dies inside a
+ * claim of k > 1 sequences; live producer A publishes its last items after them and exits; the
+ * stream is closed; a reader at the claim's first sequence abandons it, and stream_drained at the
+ * second says drained: A's tail silently lost; at the liveness period, without a close, the same gap
+ * cost one period per sequence). No memory order changes: each step re-acquires the cursor and
+ * compares-and-swaps from the header it saw (abandon_dead_claim), so marking k sequences in one go
+ * is as safe as marking one: a live producer's claim met in the loop shows its open count (its
+ * claim's release RMW of the cursor carries it), and a publish landing meanwhile fails the CAS.
+ * Returns whether anything was skipped. */
+bool skip_dead_claims(sy_ring_consumer *c, bool look_for_dead) {
+    sy_ring *r = c->ring;
+    if (r->producer_kind != SY_RING_MULTI_PRODUCER) return false;
+    bool skipped = false;
+    for (;;) {
+        while (skip_lost(c, c->next)) skipped = true;
+        if (!look_for_dead || c->n_after || !abandon_dead_claim(r, c->next)) return skipped;
+    }
+}
+
 /* ---- consumers ------------------------------------------------------------------------------------ */
 
 uint64_t leaves_of(const struct sy_ring_header *h, uint64_t active) {
@@ -303,12 +328,9 @@ int sy_ring_poll_ready(sy_ring_consumer *c, int64_t *hi) {
     if (got < want && r->producer_kind == SY_RING_MULTI_PRODUCER) {
         /* what a dead producer left: looked for at the liveness period, or at once when closed */
         int64_t now = closed ? c->next_liveness_ns : (int64_t)sy_now_ns();
-        if (!c->n_after && now >= c->next_liveness_ns) {
-            c->next_liveness_ns = now + LIVENESS_PERIOD_NS;
-            abandon_dead_claim(r, want);
-        }
-        if (skip_lost(c, want)) {
-            while (skip_lost(c, c->next)) {}
+        bool look_for_dead = !c->n_after && now >= c->next_liveness_ns;
+        if (look_for_dead) c->next_liveness_ns = now + LIVENESS_PERIOD_NS;
+        if (skip_dead_claims(c, look_for_dead)) {  /* the whole dead claim, not its first sequence */
             want = c->next;
             got = probe_data(c, want);
         }

@@ -342,5 +342,6 @@ static inline void wake_waiters(sy_ring *r) {
 SY_RING_INTERNAL int64_t highest_published(const sy_ring *r, int64_t want);
 SY_RING_INTERNAL uint64_t leaves_of(const struct sy_ring_header *h, uint64_t active);
 SY_RING_INTERNAL bool skip_lost(sy_ring_consumer *c, int64_t want);
+SY_RING_INTERNAL bool skip_dead_claims(sy_ring_consumer *c, bool look_for_dead);
 
 #endif /* SY_RING_INTERNAL_H */

@@ -26,11 +26,11 @@ void futex_wake_all(_Atomic uint32_t *word, int flags) {
 
 /* A waiting consumer of a multi-producer ring: skip what a dead producer left claimed (checked at
  * the liveness period, or now when the stream is closed), and what other consumers marked so. */
-static void skip_dead_claims(struct sy_wait *w, bool look_for_dead) {
+static void skip_dead_claims_waiting(struct sy_wait *w, bool look_for_dead) {
     sy_ring_consumer *c = w->consumer;
     if (!c || w->ring->producer_kind != SY_RING_MULTI_PRODUCER) return;
-    if (look_for_dead && !c->n_after) abandon_dead_claim(w->ring, w->want);
-    while (skip_lost(c, w->want)) w->want = c->next;
+    skip_dead_claims(c, look_for_dead);  /* the whole dead claim: see there */
+    w->want = c->next;
 }
 
 /* Returns SY_OK to keep waiting, or why to stop. Called every few hundred spins, not every spin:
@@ -41,11 +41,11 @@ static int wait_checkpoint(struct sy_wait *w) {
     /* acquire: pairs with sy_ring_shutdown's release; another thread of ours closed the ring */
     if (atomic_load_explicit(&r->closing, memory_order_acquire)) return SY_ECLOSED;
     bool liveness_due = now >= w->next_liveness_ns;
-    skip_dead_claims(w, liveness_due);
+    skip_dead_claims_waiting(w, liveness_due);
     if (atomic_load_explicit(&r->header->registry.closed, memory_order_acquire)) {
         if (w->side == WAITING_FOR_SPACE) return SY_ECLOSED;
         if (stream_drained(r, w->want, w->upstream)) {
-            skip_dead_claims(w, true);  /* a dead producer's hole is not the end of the stream */
+            skip_dead_claims_waiting(w, true);  /* a dead producer's hole is not the end of the stream */
             if (stream_drained(r, w->want, w->upstream)) return SY_ECLOSED;
         }
     }

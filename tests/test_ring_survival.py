@@ -287,6 +287,42 @@ def test_os_exit_of_one_multi_producer_loses_only_its_claim(wait):
             c.get(timeout=HANG)
 
 
+@pytest.mark.parametrize("wait", WAITS)
+def test_a_dead_claim_of_several_sequences_does_not_end_the_stream(wait):
+    """A producer exits inside a claim of 3; the live producer's items after that claim are all
+    published before close_stream(), and only then do the readers reach the claim. Each of its 3
+    sequences must be skipped (lost == 3) and the live items after them delivered. Before: the
+    readers abandoned the claim's first sequence only, found the second "not published" on a closed
+    stream, and ended with ClosedError having silently dropped all 10 live items (the fault runs'
+    "live producer k: 1451 of 1500 delivered")."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with sy.RingBuffer(16, np.int64, name=name, producer="multi", wait=wait) as rb:
+        c = rb.consumer()
+        poller = rb.poller()
+        ready = ctx.Event()
+        child = ctx.Process(target=_exit_mid_claim, args=(name, ready))
+        child.start()
+        assert ready.wait(30)
+        rb.publish_batch(np.arange(10, dtype=np.int64), timeout=HANG)  # after the dead claim
+        child.join(HANG)
+        assert child.exitcode == 0
+        rb.close_stream()
+        got = []
+        with pytest.raises(sy.ClosedError):
+            while True:
+                got += c.get_batch(16, timeout=HANG).tolist()
+        handled = []
+        deadline = time.monotonic() + HANG
+        with pytest.raises(sy.ClosedError):
+            while time.monotonic() < deadline:
+                poller.poll(lambda event, sequence, end_of_batch: handled.append(event))
+        assert got == list(range(10)) and c.lost == 3
+        assert handled == list(range(10)) and poller.lost == 3
+
+
 # ---- case 7: Ctrl-C ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("wait", WAITS)
 def test_ctrl_c_interrupts_every_blocked_call(wait):
