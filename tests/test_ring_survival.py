@@ -349,14 +349,23 @@ print("DONE", flush=True)
     env = dict(os.environ, PYTHONPATH=ROOT)
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x.split()) for x in proc.stdout], daemon=True).start()
+    lines, other = queue.Queue(), []  # the child's protocol lines; anything else (a warning) aside
+
+    def pump():
+        for text in proc.stdout:
+            words = text.split()
+            if words and words[0] in ("READY", "INTERRUPTED", "RETURNED", "DONE"):
+                lines.put(words)
+            else:
+                other.append(text)
+
+    threading.Thread(target=pump, daemon=True).start()
 
     def next_line():
         try:
             return lines.get(timeout=HANG)
         except queue.Empty:
-            pytest.fail(f"child printed nothing for {HANG} s: hung")
+            pytest.fail(f"child printed nothing for {HANG} s: hung; other output: {other}")
 
     latencies = {}
     try:
