@@ -32,16 +32,21 @@ static int reclaim_dead_producers(sy_ring *r) {
     return freed;
 }
 
-/* Multi producer, before a claim: count it open, and if it is this handle's only one, lower the
- * floor to the cursor seen BEFORE counting. Every claim made while the count stays above zero
- * comes after that read (acq_rel on the count chains each later claimer's cursor read after it),
- * so the floor never passes an open claim. The claim's own cursor RMW is a release that carries
- * both to a consumer that acquires the cursor (abandon_dead_claim). */
-static void open_claim(sy_ring_producer *p) {
+/* Multi producer, before a claim: count it open. Returns whether it is this handle's only open
+ * claim; then, once the claim exists, raise_floor records its first sequence. The count comes first
+ * (acq_rel), and the claim's cursor RMW is a release after it, so a consumer that acquires the
+ * cursor and finds the claim there sees the count (abandon_dead_claim). Until raise_floor lands the
+ * floor still holds an older, lower claim's start: a reader then only takes this producer for the
+ * possible owner of more holes, never of fewer. The floor is not read from the cursor before the
+ * claim: a load of the line every producer RMWs, then the RMW, is two transfers of the hottest line
+ * of a multi-producer ring per claim instead of one (3P-1C ran 8-21 % slower that way). */
+static bool open_claim(sy_ring_producer *p) {
     sy_producer_record *rec = &p->ring->header->producers[p->record];
-    int64_t seen = atomic_load_explicit(p->ring->cursor, memory_order_relaxed);
-    if (atomic_fetch_add_explicit(&rec->open_claims, 1, memory_order_acq_rel) == 0)
-        atomic_store_explicit(&rec->claim_floor, seen + 1, memory_order_relaxed);
+    return atomic_fetch_add_explicit(&rec->open_claims, 1, memory_order_acq_rel) == 0;
+}
+
+static void raise_floor(sy_ring_producer *p, int64_t first) {
+    atomic_store_explicit(&p->ring->header->producers[p->record].claim_floor, first, memory_order_relaxed);
 }
 
 /* release: a consumer that sees the count drop sees the slots published before it */
@@ -172,8 +177,9 @@ static int claim_single(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int6
  * as long as the consumers live; a dead consumer or a closed stream still ends the wait. */
 static int claim_multi_untimed(sy_ring_producer *p, int64_t n, int64_t *hi) {
     sy_ring *r = p->ring;
-    open_claim(p);
+    bool first = open_claim(p);
     int64_t current = atomic_fetch_add_explicit(r->cursor, n, memory_order_release);  /* see open_claim */
+    if (first) raise_floor(p, current + 1);
     int64_t next = current + n;
     int64_t wrap_point = next - ring_capacity(r);
     int64_t cached = atomic_load_explicit(r->gating_cache, memory_order_acquire);
@@ -194,7 +200,7 @@ static int claim_multi_untimed(sy_ring_producer *p, int64_t n, int64_t *hi) {
 static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *hi) {
     sy_ring *r = p->ring;
     int64_t deadline = deadline_from(timeout_ns);
-    open_claim(p);
+    bool first = open_claim(p);
     for (;;) {
         int64_t current = atomic_load_explicit(r->cursor, memory_order_relaxed);
         int64_t next = current + n;
@@ -215,6 +221,7 @@ static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns,
         }
         if (atomic_compare_exchange_weak_explicit(r->cursor, &current, next, memory_order_release,
                                                   memory_order_relaxed)) {  /* release: see open_claim */
+            if (first) raise_floor(p, current + 1);
             *hi = next;
             return SY_OK;
         }
