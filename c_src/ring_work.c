@@ -101,7 +101,6 @@ static inline int64_t taken_mark(int64_t s, int worker) { return (int64_t)(worke
 static inline bool is_taken_mark(int64_t mark, int64_t s) {
     return mark > MAX_POOL_SEQUENCE && (mark & MAX_POOL_SEQUENCE) == s + 1;
 }
-static inline int64_t pool_skipped_mark(int64_t s) { return -(s + 1); }  /* ringlive's skipped slot */
 static inline int64_t record_slots(const sy_ring *r, int64_t bytes) {
     return (RECORD_PREFIX_BYTES + bytes + r->slot_size - 1) / r->slot_size;
 }
@@ -308,7 +307,7 @@ static bool skip_abandoned(sy_ring *r, sy_work_pool *pool, int64_t w) {
     if (atomic_load_explicit(r->cursor, memory_order_acquire) < s) return false;  /* nobody claimed it yet */
     _Atomic int64_t *header = &slot_header(r, s)->published_plus_one;
     int64_t seen = atomic_load_explicit(header, memory_order_acquire);
-    if (seen == s + 1 || seen == pool_skipped_mark(s) || is_taken_mark(seen, s)) return false;
+    if (seen == s + 1 || seen == skipped_mark(s) || is_taken_mark(seen, s)) return false;
     bool dead_owner = false;
     for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++) {
         sy_pool_intent *intent = &pool->intents[i];
@@ -318,7 +317,7 @@ static bool skip_abandoned(sy_ring *r, sy_work_pool *pool, int64_t w) {
         if (pid != 0 && pid_alive(pid)) return false;  /* a live producer may still publish it */
         dead_owner = true;
     }
-    if (!dead_owner || !atomic_compare_exchange_strong_explicit(header, &seen, pool_skipped_mark(s),
+    if (!dead_owner || !atomic_compare_exchange_strong_explicit(header, &seen, skipped_mark(s),
                                                                 memory_order_acq_rel, memory_order_acquire))
         return false;
     finish_skip(r, pool, w);
@@ -612,7 +611,7 @@ static int take_record(sy_queue_worker *w, int64_t timeout_ns, int64_t *lo, sy_r
             advance_work(r, pool, work, record_slots(r, prefix_bytes(r, s)));
             continue;
         }
-        if (seen == pool_skipped_mark(s)) {
+        if (seen == skipped_mark(s)) {
             finish_skip(r, pool, work);
             continue;
         }

@@ -19,7 +19,7 @@ import uuid
 
 import numpy as np
 
-from ..core import Results, Suite
+from ..core import Results, Suite, positive_int
 
 SHAPES = {"unicast 1P-1C": 0, "pipeline 1P-3C": 1, "multicast 1P-3C": 2, "diamond 1P-3C": 3,
           "3P-1C": 4}
@@ -375,17 +375,6 @@ def py_processes_faster_fifo(n: int, batch: int) -> float:
     return n // batch * batch / seconds
 
 
-def _count(text: str) -> int:
-    """argparse type for item, batch, round and repeat counts: an int >= 1, or an argparse error
-    naming the option (never a traceback from deep inside a run)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1; got {value}")
-    return value
-
 
 def _median(fn, repeat: int) -> float:
     return float(np.median([fn() for _ in range(repeat)]))
@@ -398,14 +387,14 @@ class RingSuite(Suite):
     columns = ("items/s", "avg batch", "p50 ns", "p99 ns", "p99.9 ns", "max ns")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--items", type=_count, default=20_000_000, help="items per C shape run")
-        parser.add_argument("--queue-items", type=_count, default=1_000_000, help="items per mutex-queue run")
-        parser.add_argument("--batch", type=_count, default=1024, help="producer claim size (C) / batch (Python)")
-        parser.add_argument("--rounds", type=_count, default=200_000, help="ping-pong round trips")
-        parser.add_argument("--py-items", type=_count, default=400_000, help="items per Python per-item run")
-        parser.add_argument("--py-batched-items", type=_count, default=20_000_000,
+        parser.add_argument("--items", type=positive_int, default=20_000_000, help="items per C shape run")
+        parser.add_argument("--queue-items", type=positive_int, default=1_000_000, help="items per mutex-queue run")
+        parser.add_argument("--batch", type=positive_int, default=1024, help="producer claim size (C) / batch (Python)")
+        parser.add_argument("--rounds", type=positive_int, default=200_000, help="ping-pong round trips")
+        parser.add_argument("--py-items", type=positive_int, default=400_000, help="items per Python per-item run")
+        parser.add_argument("--py-batched-items", type=positive_int, default=20_000_000,
                             help="items per Python batched run")
-        parser.add_argument("--repeat", type=_count, default=3, help="runs per figure (median)")
+        parser.add_argument("--repeat", type=positive_int, default=3, help="runs per figure (median)")
         parser.add_argument("--only", choices=("c", "python"), default=None, help="run one half")
 
     def plot(self, results: Results, outdir):
