@@ -3,7 +3,11 @@ K+V bytes/s of sy.attention.attention_with_kvcache beside torch SDPA's cuDNN and
 issue's five shapes, a read-only streaming ceiling measured in the same run, the split-count sweep, the
 paged cache against the contiguous one, and a chunked prefill. Prints markdown tables.
 
-    python3 scripts/decode_check.py [--quick] [--sweep-only]
+    python3 scripts/decode_check.py [--quick] [--sweep-only | --no-sweep | --chunks]
+
+--chunks: only the chunked-prefill routing sweep (kvcache.HOPPER_MIN_QUERIES): chunks of Nq new
+queries over N cached keys, bottom-right causal, on the `hopper` kernel (kvcache._chunk_on_hopper)
+beside the decode kernel's mma.sync path and cuDNN with the mask, each checked against float64.
 
 Timing: triton.testing.do_bench, median, L2 flushed before every call (do_bench's own flush), inputs
 random normal; "graph" times replay the call captured in a CUDA graph (the GPU's time alone), "eager"
@@ -157,11 +161,16 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer sweep points")
     ap.add_argument("--sweep-only", action="store_true")
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--chunks", action="store_true", help="only the chunked-prefill routing sweep")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     print(f"# {props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n", flush=True)
     ok = True
+    if args.chunks:
+        ok = chunk_sweep()
+        print("\nALL CORRECT" if ok else "\nSOME CHECK FAILED")
+        return 0 if ok else 1
 
     ceil = streaming_ceiling()
     print("## streaming ceilings (same run)\n\n| what | TB/s |\n|---|---|")
@@ -301,6 +310,50 @@ def main():
                 torch.cuda.empty_cache()
     print("\nALL CORRECT" if ok else "\nSOME CHECK FAILED")
     return 0 if ok else 1
+
+
+def chunk_sweep():
+    """Time (CUDA-graph replay) of a bottom-right causal chunk, Hq 32 / Hkv 8, d = 128, on each path;
+    the hopper path's output checked against float64 on the first KV head's group."""
+    from sympathy.bench.suites.attention_decode import chunk_flops, float64_reference
+
+    ok = True
+    print("## chunked prefill: hopper route (kvcache._chunk_on_hopper) vs the decode kernel vs cuDNN (bool mask, "
+          "K/V repeated per head), bf16, Hq 32, Hkv 8, d = 128, CUDA-graph times\n")
+    print("| Nq | N | hopper route | decode kernel | cuDNN | hopper ÷ decode (speed) | hopper ÷ cuDNN (speed) | "
+          "hopper TFLOP/s | err (hopper) |\n|---|---|---|---|---|---|---|---|---|")
+    for N in (4096, 32768):
+        for nq in (16, 32, 64, 128, 256, 512, 1024):
+            g = torch.Generator(device="cuda").manual_seed(nq + N)
+            q = torch.randn(1, nq, HQ, D, device="cuda", dtype=DT, generator=g)
+            kc = torch.randn(1, N, 8, D, device="cuda", dtype=DT, generator=g)
+            vc = torch.randn(1, N, 8, D, device="cuda", dtype=DT, generator=g)
+            lens = torch.full((1,), N, dtype=torch.int32, device="cuda")
+            scale = 1 / math.sqrt(D)
+            hop = lambda: kvcache._chunk_on_hopper(torch, q, kc, vc, N, True, scale)[0]  # noqa: E731
+            dec = lambda: sy.attention.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True)  # noqa: E731
+            want = float64_reference(torch, q[:, :, :4], kc[:, :, :1], vc[:, :, :1], causal=True)
+            err = ((hop()[:, :, :4].double() - want).abs().max() / want.abs().max()).item()
+            err_dec = ((dec()[:, :, :4].double() - want).abs().max() / want.abs().max()).item()
+            ok &= err <= 1.6e-2 and err_dec <= 1.6e-2
+            qs = q.transpose(1, 2).contiguous()
+            ke, ve = (t.transpose(1, 2).repeat_interleave(4, 1).contiguous() for t in (kc, vc))
+            mask = torch.ones(nq, N, dtype=torch.bool, device="cuda").tril(N - nq)
+            cud = lambda: _with(SDPBackend.CUDNN_ATTENTION, lambda: F.scaled_dot_product_attention(qs, ke, ve, mask))  # noqa: E731
+            t = {}
+            for name, fn in (("hopper", hop), ("decode", dec), ("cudnn", cud)):
+                try:
+                    fn()
+                    t[name] = bench(graphed(fn))
+                except RuntimeError as exc:
+                    print(f"  ({name} failed: {str(exc).splitlines()[0][:80]})")
+                    t[name] = math.nan
+            print(f"| {nq} | {N} | {t['hopper'] * 1e6:.1f} µs | {t['decode'] * 1e6:.1f} µs | {t['cudnn'] * 1e6:.1f} µs | "
+                  f"{t['decode'] / t['hopper']:.2f}× | {t['cudnn'] / t['hopper']:.2f}× | "
+                  f"{chunk_flops(HQ, D, nq, N) / t['hopper'] / 1e12:.0f} | {err:.1e} (decode {err_dec:.1e}) |", flush=True)
+            del q, kc, vc, ke, ve, qs, mask
+            torch.cuda.empty_cache()
+    return ok
 
 
 def _with(backend, call):

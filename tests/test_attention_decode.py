@@ -292,3 +292,75 @@ def test_transformers_decode_steps_take_the_kvcache_kernel():
             assert again.logits.requires_grad and "cuda-decode" not in sy.attention.patch_stats().paths
     err = ((logits["sympathy"] - logits["sdpa"]).abs().max() / logits["sdpa"].abs().max()).item()
     assert err <= 5e-2, err
+
+
+# ---- chunked prefill on the `hopper` kernel (kvcache._chunk_on_hopper) --------------------------------------
+def test_only_chunks_of_known_length_over_a_contiguous_cache_go_to_hopper():
+    from sympathy.attention.kvcache import HOPPER_MIN_QUERIES, _routes_to_hopper
+
+    n = HOPPER_MIN_QUERIES
+    assert _routes_to_hopper((9, 0), n, 4096, True, None, None)
+    assert _routes_to_hopper((9, 0), n, n, True, None, None)            # the chunk is the whole cache
+    assert not _routes_to_hopper((9, 0), n, n - 1, True, None, None)    # a first row would see no key
+    assert _routes_to_hopper((9, 0), n, 1, False, None, None)
+    assert not _routes_to_hopper((9, 0), n - 1, 4096, True, None, None)  # decode-sized: the decode kernel
+    assert not _routes_to_hopper((8, 0), n, 4096, True, None, None)     # no wgmma
+    assert not _routes_to_hopper((9, 0), n, None, True, None, None)     # length only on the device
+    assert not _routes_to_hopper((9, 0), n, 4096, True, "table", None)  # paged
+    assert not _routes_to_hopper((9, 0), n, 4096, True, None, "index")
+
+
+def _counting_hopper_route(monkeypatch):
+    from sympathy.attention import kvcache
+
+    calls = []
+    real = kvcache._chunk_on_hopper
+
+    def counted(*args):
+        calls.append(args[4])   # seqlen_k
+        return real(*args)
+    monkeypatch.setattr(kvcache, "_chunk_on_hopper", counted)
+    on_hopper = torch.cuda.get_device_capability() == (9, 0)
+    return calls, on_hopper
+
+
+@gpu
+@pytest.mark.parametrize("B,nq,group,Hkv,cap,d,dtype,tol", [
+    (2, 100, 4, 2, 700, 128, torch.bfloat16, BF16_TOLERANCE),   # prefix of 600 unmasked keys + a 100 x 100 square
+    (1, 512, 4, 8, 4096, 128, torch.bfloat16, BF16_TOLERANCE),  # the chunk, shorter cache
+    (3, 128, 1, 4, 128, 128, torch.bfloat16, BF16_TOLERANCE),   # chunk = whole cache: the square alone
+    (2, 200, 8, 1, 1000, 64, torch.float16, FP16_TOLERANCE),
+])
+@pytest.mark.parametrize("causal", [True, False])
+def test_chunks_on_hopper_match_float64(monkeypatch, B, nq, group, Hkv, cap, d, dtype, tol, causal):
+    calls, on_hopper = _counting_hopper_route(monkeypatch)
+    q, kc, vc = make(B, nq, group * Hkv, Hkv, cap, d=d, dtype=dtype, seed=nq)
+    out, lse = sy.attention.attention_with_kvcache(q, kc, vc, causal=causal, return_softmax_lse=True)
+    want, want_lse = reference(q, kc, vc, [cap] * B, causal)
+    assert out.shape == q.shape and lse.shape == (B, group * Hkv, nq)
+    assert_close(out, want, tol)
+    assert_lse(lse, want_lse)
+    assert calls == ([cap] if on_hopper else [])
+
+
+@gpu
+def test_a_chunk_appended_at_one_length_goes_to_hopper_and_ragged_lengths_do_not(monkeypatch):
+    calls, on_hopper = _counting_hopper_route(monkeypatch)
+    B, nq, Hkv, group, cap = 2, 96, 2, 4, 1024
+    q, kc, vc = make(B, nq, group * Hkv, Hkv, cap, seed=11)
+    _, knew, vnew = make(B, nq, group * Hkv, Hkv, nq, seed=12)
+    for lens in ([300, 300], [300, 517]):
+        k_cache, v_cache = kc.clone(), vc.clone()
+        seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        out = sy.attention.attention_with_kvcache(q, k_cache, v_cache, knew, vnew, cache_seqlens=seqlens, causal=True)
+        for b, n in enumerate(lens):
+            assert torch.equal(k_cache[b, n:n + nq], knew[b]) and torch.equal(v_cache[b, n:n + nq], vnew[b])
+        assert_close(out, reference(q, k_cache, v_cache, [n + nq for n in lens], True)[0], BF16_TOLERANCE)
+    assert calls == ([300 + nq] if on_hopper else [])
+    # an int cache_seqlens is a length the host knows; a tensor without an append is not read back
+    out = sy.attention.attention_with_kvcache(q, kc, vc, cache_seqlens=700, causal=True, softmax_scale=-0.1)
+    assert_close(out, reference(q, kc, vc, [700] * B, True, scale=-0.1)[0], BF16_TOLERANCE)
+    lens = torch.full((B,), 700, dtype=torch.int32, device="cuda")
+    assert_close(sy.attention.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True),
+                 reference(q, kc, vc, [700] * B, True)[0], BF16_TOLERANCE)
+    assert calls == ([300 + nq, 700] if on_hopper else [])

@@ -81,6 +81,19 @@ def _attention_gpu(results):
                                     **{"TFLOP/s": 300.0})
 
 
+def _attention_decode(results):
+    for variant, tbps in (("read (triton kernel)", 3.1), ("read (torch.sum)", 3.0), ("copy (read + write)", 3.0)):
+        results.add("streaming ceiling (read 4 GiB)", variant, params={"kind": "ceiling"}, **{"TB/s": tbps, "time_us": 1e3})
+    for B, Hkv, N in ((1, 8, 8192), (8, 8, 8192), (1, 8, 131072), (32, 8, 4096), (8, 32, 16384)):
+        for variant in ("sympathy", "sympathy paged (page 256, shuffled)", "sdpa-cudnn", "sdpa-flash"):
+            results.add(f"decode B={B} Hkv={Hkv} N={N}", variant, anchor=variant == "sdpa-cudnn",
+                        params={"kind": "decode", "B": B, "Hkv": Hkv, "N": N}, **{"TB/s": 2.8, "time_us": 100.0})
+    for variant in ("sympathy", "sympathy, cache_seqlens a tensor (decode kernel)", "sdpa-cudnn",
+                    "sdpa-flash (no mask: it takes none; a lower bound)"):
+        results.add("chunk 512 queries over N=32768, causal", variant, anchor=variant == "sdpa-cudnn",
+                    params={"kind": "chunk"}, **{"TFLOP/s": 400.0, "time_us": 700.0})
+
+
 def _ring(results):
     # The groups of a full run, in order (the ping-pong group has no items/s and gets no panel).
     c_shape = ["mutex+condvar queue", "ring busy_spin", "ring yield", "ring blocking"]
@@ -103,7 +116,7 @@ def _ring(results):
 
 
 ROWS = {"matmul": _matmul, "lab": _lab, "attention-cpu": _attention_cpu, "attention-gpu": _attention_gpu,
-        "ring": _ring}
+        "attention-decode": _attention_decode, "ring": _ring}
 
 
 @pytest.mark.parametrize("name", sorted(SUITES))

@@ -21,7 +21,10 @@ Same signature, layouts and meaning as flash_attn.flash_attn_with_kvcache (Flash
 It runs cuda_src/attention_decode.cu (fp16/bf16, headdim 64 or 128, compute capability 8.0+): the query
 heads of a GQA group packed as rows of one tile (K and V read once per group), the keys split over
 blocks when batch x nheads_k cannot fill the GPU (num_splits=0: the measured heuristic below), partial
-results merged exactly by their log-sum-exp. Forward only, as flash-attn's (no autograd).
+results merged exactly by their log-sum-exp. On sm_90 a chunk of HOPPER_MIN_QUERIES (64) or more new
+queries over a contiguous cache whose length the host knows (cache_seqlens None or an int, or an append
+where every sequence has one length) runs the `hopper` kernel instead (wgmma: a chunk is compute bound;
+num_splits does not apply there). Forward only, as flash-attn's (no autograd).
 
 Differences from flash-attn, each an error rather than a silent change: rotary_cos/rotary_sin,
 cache_leftpad, window_size, softcap and alibi_slopes raise NotImplementedError; page_block_size must be
@@ -50,6 +53,14 @@ MAX_SPLITS = 128
 # least SPLIT_MIN_TILES tiles of 64 keys (at 2048 keys 8 splits beat 16: each block's pipeline fill
 # and partial-output write weigh against only a few tiles of reading).
 SPLIT_MIN_TILES = 4
+
+
+# Chunked prefill on Hopper: a chunk of HOPPER_MIN_QUERIES or more new queries against a contiguous cache
+# of one host-known length runs the `hopper` kernel (wgmma) instead of this file's mma.sync path. Such a
+# chunk is compute bound: 512 queries x 32k keys x 32 heads at d = 128 is 273 GFLOP against 134 MB of
+# K+V (~2000 FLOP per byte, the H100's ridge is ~300), and mma.sync tops out near half of wgmma's rate.
+# See _chunk_on_hopper; the threshold is measured in docs/notes-decode.md (scripts/decode_check.py --chunks).
+HOPPER_MIN_QUERIES = 64
 
 
 def num_splits_heuristic(blocks: int, key_tiles: int, sm_count: int) -> int:
@@ -96,7 +107,8 @@ def _check_int_tensor(torch, name, t, shape, device):
 
 def _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, num_splits):
     """Everything that can be checked without the device; returns (cache_seqlens as a tensor or None,
-    cache_batch_idx, capacity: the keys one sequence can hold)."""
+    cache_batch_idx, capacity: the keys one sequence can hold, host_len: every sequence's cache length
+    before the append where the host knows it without asking the device, else None)."""
     # Each property is read once per tensor: every torch attribute access costs a microsecond or two of
     # host time, and a decode step's kernels take tens.
     q_device = q_dtype = None
@@ -165,25 +177,28 @@ def _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_i
         elif cache_rows < B:
             raise ValueError(f"k_cache has {cache_rows} sequences and q {B}: pass cache_batch_idx to pick them")
         capacity = cache_len
+    host_len = capacity if cache_seqlens is None else None
     if cache_seqlens is not None:
         if isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, (int, torch.Tensor)):
             raise TypeError(f"cache_seqlens must be an int, a (batch,) int32 tensor or None; got {type(cache_seqlens).__name__}")
         if isinstance(cache_seqlens, int):
             if not 0 <= cache_seqlens <= capacity:
                 raise ValueError(f"cache_seqlens={cache_seqlens} is outside the cache's [0, {capacity}]")
+            host_len = cache_seqlens
             cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32, device=q_device)
         _check_int_tensor(torch, "cache_seqlens", cache_seqlens, (B,), q_device)
         cache_seqlens = cache_seqlens.contiguous()
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be an int in [0, {MAX_SPLITS}] (0: the heuristic); got {num_splits!r}")
-    return cache_seqlens, cache_batch_idx, capacity
+    return cache_seqlens, cache_batch_idx, capacity, host_len
 
 
 def _append(torch, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, capacity):
-    """Write k and v at rows cache_seqlens[b] .. + seqlen_new - 1 of each sequence, in place."""
+    """Write k and v at rows cache_seqlens[b] .. + seqlen_new - 1 of each sequence, in place; returns
+    the cache length before the append when every sequence has the same (the bounds check read it)."""
     B, n_new = k.shape[:2]
     if n_new == 0:
-        return
+        return None
     low, high = torch.stack([cache_seqlens.min(), cache_seqlens.max()]).tolist()   # one sync
     if low < 0 or high + n_new > capacity:
         raise ValueError(f"appending {n_new} keys at cache_seqlens (min {low}, max {high}) needs rows up to "
@@ -197,6 +212,51 @@ def _append(torch, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block
         rows = (batch[:, None].expand(B, n_new), pos)
     k_cache.index_put_(rows, k)
     v_cache.index_put_(rows, v)
+    return low if low == high else None
+
+
+def _routes_to_hopper(capability, seqlen_q: int, seqlen_k: Optional[int], causal: bool, block_table,
+                      cache_batch_idx) -> bool:
+    """Whether a call takes _chunk_on_hopper: sm_90, a chunk of at least HOPPER_MIN_QUERIES queries, a
+    contiguous cache read in batch order, one length for every sequence known to the host (no device
+    sync is added for it), and (causal) no query row without a key."""
+    return (capability == (9, 0) and seqlen_q >= HOPPER_MIN_QUERIES and block_table is None
+            and cache_batch_idx is None and seqlen_k is not None and seqlen_k >= (seqlen_q if causal else 1))
+
+
+def _chunk_on_hopper(torch, q, k_cache, v_cache, seqlen_k: int, causal: bool, scale: float):
+    """(out (B, Nq, Hq, d), lse (B, Hq, Nq)) of a chunk on the `hopper` kernel, which reads strided
+    (B, H, N, d) views, so the (B, N, H, d) cache is passed as it lies (no copy) and GQA is its own.
+
+    Bottom-right causal without a bottom-right mask in that kernel: with P = seqlen_k - Nq, every query
+    sees keys [0, P) whole, and on the last Nq keys query i sees keys P..P+i, which is the top-left
+    causal mask of an Nq x Nq square. So: keys [0, P) unmasked, straight into `out`; the last Nq keys
+    top-left causal; then the two partial results merged exactly by their log-sum-exps,
+    O = O_1 + w (O_2 - O_1), w = exp(lse_2 - logaddexp(lse_1, lse_2)). The square is Nq / seqlen_k of
+    the work (1.6 % at 512 over 32k); the merge reads and writes the (small) outputs once more."""
+    from . import cuda as attention_cuda
+
+    B, Nq, Hq, d = q.shape
+    out = torch.empty((B, Nq, Hq, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
+    qh, oh = q.transpose(1, 2), out.transpose(1, 2)
+    kh, vh = (t[:B].transpose(1, 2) for t in (k_cache, v_cache))        # (B, Hkv, capacity, d) views
+    prefix = seqlen_k - Nq if causal else seqlen_k
+    if prefix > 0:
+        attention_cuda._launch(qh, kh[:, :, :prefix], vh[:, :, :prefix], None, False, scale, "hopper", out=oh, lse=lse)
+    if not causal:
+        return out, lse
+    square = (kh[:, :, prefix:seqlen_k], vh[:, :, prefix:seqlen_k])
+    if prefix == 0:
+        attention_cuda._launch(qh, *square, None, True, scale, "hopper", out=oh, lse=lse)
+        return out, lse
+    o2 = torch.empty((B, Hq, Nq, d), dtype=q.dtype, device=q.device)
+    lse2 = torch.empty_like(lse)
+    attention_cuda._launch(qh, *square, None, True, scale, "hopper", out=o2, lse=lse2)
+    total = torch.logaddexp(lse, lse2)
+    weight = torch.exp(lse2 - total).unsqueeze(-1)
+    oh.copy_(torch.lerp(oh.float(), o2.float(), weight))
+    return out, total
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -219,7 +279,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
         raise TypeError(f"causal must be a bool; got {type(causal).__name__}")
     if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and math.isfinite(softmax_scale)):
         raise ValueError(f"softmax_scale must be a finite number or None; got {softmax_scale!r}")
-    cache_seqlens, cache_batch_idx, capacity = _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
+    cache_seqlens, cache_batch_idx, capacity, host_len = _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                                             block_table, num_splits)
     device = q.device
     current = torch.cuda.current_device()
@@ -229,12 +289,19 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
         raise NotSupportedError("the decode kernel needs compute capability 8.0 or newer (mma.sync on bf16)")
     B, Nq, Hq, d = q.shape
     Hkv = k_cache.shape[2]
-    if k is not None:
-        _append(torch, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, capacity)
+    n_new = 0 if k is None else k.shape[1]
+    if n_new:
+        appended_at = _append(torch, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, capacity)
+        host_len = appended_at if host_len is None else host_len
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     q, scale, _ = cuda._kernel_q_and_scale(q, scale)
     if q.data_ptr() % 16 or any(s % 8 for s in q.stride()[:3]):
         q = q.contiguous()   # a misaligned view of the (small) queries is copied once
+
+    seqlen_k = None if host_len is None else min(host_len + n_new, capacity)
+    if _routes_to_hopper(capability, Nq, seqlen_k, causal, block_table, cache_batch_idx):
+        out, lse = _chunk_on_hopper(torch, q, k_cache, v_cache, seqlen_k, causal, scale)
+        return (out, lse) if return_softmax_lse else out
 
     packed = Hq // Hkv * Nq
     if num_splits == 0:
