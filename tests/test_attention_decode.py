@@ -310,7 +310,9 @@ def test_only_chunks_of_known_length_over_a_contiguous_cache_go_to_hopper():
     assert not _routes_to_hopper((9, 0), n, 4096, True, None, "index")
 
 
-def _counting_hopper_route(monkeypatch):
+def _counting_hopper_route(monkeypatch, threshold):
+    """Count the calls that take kvcache._chunk_on_hopper (their seqlen_k), with HOPPER_MIN_QUERIES set to
+    `threshold` (below the measured one, the route's arithmetic is checked at small, odd sizes)."""
     from sympathy.attention import kvcache
 
     calls = []
@@ -320,8 +322,8 @@ def _counting_hopper_route(monkeypatch):
         calls.append(args[4])   # seqlen_k
         return real(*args)
     monkeypatch.setattr(kvcache, "_chunk_on_hopper", counted)
-    on_hopper = torch.cuda.get_device_capability() == (9, 0)
-    return calls, on_hopper
+    monkeypatch.setattr(kvcache, "HOPPER_MIN_QUERIES", threshold)
+    return calls, torch.cuda.get_device_capability() == (9, 0)
 
 
 @gpu
@@ -333,7 +335,7 @@ def _counting_hopper_route(monkeypatch):
 ])
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunks_on_hopper_match_float64(monkeypatch, B, nq, group, Hkv, cap, d, dtype, tol, causal):
-    calls, on_hopper = _counting_hopper_route(monkeypatch)
+    calls, on_hopper = _counting_hopper_route(monkeypatch, threshold=64)
     q, kc, vc = make(B, nq, group * Hkv, Hkv, cap, d=d, dtype=dtype, seed=nq)
     out, lse = sy.attention.attention_with_kvcache(q, kc, vc, causal=causal, return_softmax_lse=True)
     want, want_lse = reference(q, kc, vc, [cap] * B, causal)
@@ -345,7 +347,7 @@ def test_chunks_on_hopper_match_float64(monkeypatch, B, nq, group, Hkv, cap, d, 
 
 @gpu
 def test_a_chunk_appended_at_one_length_goes_to_hopper_and_ragged_lengths_do_not(monkeypatch):
-    calls, on_hopper = _counting_hopper_route(monkeypatch)
+    calls, on_hopper = _counting_hopper_route(monkeypatch, threshold=64)
     B, nq, Hkv, group, cap = 2, 96, 2, 4, 1024
     q, kc, vc = make(B, nq, group * Hkv, Hkv, cap, seed=11)
     _, knew, vnew = make(B, nq, group * Hkv, Hkv, nq, seed=12)
@@ -364,3 +366,15 @@ def test_a_chunk_appended_at_one_length_goes_to_hopper_and_ragged_lengths_do_not
     assert_close(sy.attention.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True),
                  reference(q, kc, vc, [700] * B, True)[0], BF16_TOLERANCE)
     assert calls == ([300 + nq, 700] if on_hopper else [])
+
+
+@gpu
+def test_the_measured_threshold_routes_a_chunk_of_its_size_and_not_one_less(monkeypatch):
+    from sympathy.attention.kvcache import HOPPER_MIN_QUERIES
+
+    calls, on_hopper = _counting_hopper_route(monkeypatch, threshold=HOPPER_MIN_QUERIES)
+    for nq in (HOPPER_MIN_QUERIES - 1, HOPPER_MIN_QUERIES):
+        q, kc, vc = make(1, nq, 8, 2, 1500, seed=nq)
+        out = sy.attention.attention_with_kvcache(q, kc, vc, causal=True)
+        assert_close(out, reference(q, kc, vc, [1500], True)[0], BF16_TOLERANCE)
+    assert calls == ([1500] if on_hopper else [])

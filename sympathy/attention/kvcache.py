@@ -21,7 +21,7 @@ Same signature, layouts and meaning as flash_attn.flash_attn_with_kvcache (Flash
 It runs cuda_src/attention_decode.cu (fp16/bf16, headdim 64 or 128, compute capability 8.0+): the query
 heads of a GQA group packed as rows of one tile (K and V read once per group), the keys split over
 blocks when batch x nheads_k cannot fill the GPU (num_splits=0: the measured heuristic below), partial
-results merged exactly by their log-sum-exp. On sm_90 a chunk of HOPPER_MIN_QUERIES (64) or more new
+results merged exactly by their log-sum-exp. On sm_90 a chunk of HOPPER_MIN_QUERIES (256) or more new
 queries over a contiguous cache whose length the host knows (cache_seqlens None or an int, or an append
 where every sequence has one length) runs the `hopper` kernel instead (wgmma: a chunk is compute bound;
 num_splits does not apply there). Forward only, as flash-attn's (no autograd).
@@ -56,11 +56,15 @@ SPLIT_MIN_TILES = 4
 
 
 # Chunked prefill on Hopper: a chunk of HOPPER_MIN_QUERIES or more new queries against a contiguous cache
-# of one host-known length runs the `hopper` kernel (wgmma) instead of this file's mma.sync path. Such a
-# chunk is compute bound: 512 queries x 32k keys x 32 heads at d = 128 is 273 GFLOP against 134 MB of
-# K+V (~2000 FLOP per byte, the H100's ridge is ~300), and mma.sync tops out near half of wgmma's rate.
-# See _chunk_on_hopper; the threshold is measured in docs/notes-decode.md (scripts/decode_check.py --chunks).
-HOPPER_MIN_QUERIES = 64
+# of one host-known length runs the `hopper` kernel (wgmma) instead of attention_decode.cu's mma.sync path.
+# Such a chunk is compute bound: 512 queries x 32k keys x 32 heads at d = 128 is 273 GFLOP against 134 MB
+# of K+V (~2000 FLOP per byte; the H100's ridge is ~300), and mma.sync runs at about half of wgmma's rate
+# (264 vs 625 TFLOP/s there). Below the threshold the hopper grid (128-row tiles, one per query head and
+# row block: 32 tiles for 128 queries x 32 heads) leaves most of the 132 SMs idle while the decode kernel
+# splits the keys. Measured (H100, B = 1, Hq 32 / Hkv 8, d = 128; scripts/decode_check.py --chunks,
+# docs/notes-decode.md): hopper / decode kernel speed 0.47-0.52x at 64 queries, 0.74-1.01x at 128,
+# 1.20-1.95x at 256, 1.38-2.52x at 512 (4k and 32k cached keys).
+HOPPER_MIN_QUERIES = 256
 
 
 def num_splits_heuristic(blocks: int, key_tiles: int, sm_count: int) -> int:

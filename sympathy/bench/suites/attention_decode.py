@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import warnings
 from pathlib import Path
 
 from ..core import Results, Suite, positive_int
@@ -319,7 +320,9 @@ class _Runner:
                     with sdpa_kernel([backend]):
                         return F.scaled_dot_product_attention(q, kk, vv, m, enable_gqa=how == "enable_gqa")
                 try:
-                    fn()
+                    with warnings.catch_warnings():   # torch warns of each backend it refuses: the note says it once
+                        warnings.simplefilter("ignore")
+                        fn()
                 except RuntimeError as exc:
                     errors.append(f"{how or 'plain'}{' + mask' if m is not None else ''}: {str(exc).splitlines()[0][:60]}")
                     continue
