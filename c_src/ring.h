@@ -220,12 +220,17 @@ int sy_bench_false_sharing(int padding, int64_t items, const int *cpus, int n_cp
 int sy_bench_mutex_pingpong(int64_t rounds, const int *cpus, int n_cpus, int64_t *rtt_ns);
 int sy_bench_oneway(int use_ring, int wait, int64_t items, int64_t interval_ns, const int *cpus, int n_cpus,
                     int64_t *latency_ns);
-/* ---- work sharing and records: sympathy.Queue (c_src/ring_work.c) ----
+/* ---- work sharing and records: sympathy.Queue (c_src/ring_work_pool.c, ring_work_records.c) ----
  * A ring made with producer_kind multi and slot_size >= 16, then sy_queue_init by its creator, is a
  * work queue: each record put goes to exactly one worker (order kept per producer). Records are
  * byte strings up to sy_queue_max_record bytes, spanning consecutive slots. */
 enum sy_queue_status {
-    SY_QUEUE_HELD = 1,  /* sy_queue_get: the record did not fit (or has a tag): it is held, copy it out */
+    SY_QUEUE_HELD = 1,     /* sy_queue_get: the record did not fit (or has a tag): it is held, copy it out */
+    SY_QUEUE_SPILLED = 2,  /* sy_queue_put: no ring space now; the count is kept for the caller's spill */
+};
+enum sy_queue_put_mode {
+    SY_QUEUE_TRY = 0,       /* take a count (never waits: SY_ETIMEDOUT at maxsize), then space */
+    SY_QUEUE_RESERVED = 1,  /* the count was taken before: sy_queue_reserve, or a SPILLED put */
 };
 typedef struct sy_queue_producer sy_queue_producer;
 typedef struct sy_queue_worker sy_queue_worker;
@@ -242,11 +247,20 @@ int sy_queue_check(const sy_ring *ring, int64_t *maxsize, int *joinable);  /* SY
 int64_t sy_queue_max_record(const sy_ring *ring);
 int sy_queue_producer_open(sy_ring *ring, sy_queue_producer **out);
 void sy_queue_producer_close(sy_queue_producer *producer);
-/* One record gathered from n pieces; tag is stored with it. Waits for a count below maxsize, then for
- * space; timeout_ns < 0 forever, 0 one try (SY_ETIMEDOUT). */
+/* One record gathered from n pieces; tag is stored with it. Never waits (multiprocessing.Queue's put
+ * never waits for the pipe: its feeder thread does): SY_OK published; SY_QUEUE_SPILLED no space now,
+ * the count held for the record the caller keeps (its feeder puts it later with SY_QUEUE_RESERVED,
+ * after sy_queue_wait_space); SY_ETIMEDOUT (SY_QUEUE_TRY only) maxsize reached, nothing held. The
+ * counts a producer holds are given back, and counted abandoned, if its process dies. */
 int sy_queue_put(sy_queue_producer *producer, const void *const *pieces, const int64_t *sizes, int n, int64_t tag,
-                 int64_t timeout_ns);
-int sy_queue_put1(sy_queue_producer *producer, const void *data, int64_t size, int64_t tag, int64_t timeout_ns);
+                 int mode);
+int sy_queue_put1(sy_queue_producer *producer, const void *data, int64_t size, int64_t tag, int mode);
+/* Waits for one count below maxsize and holds it (for a put with SY_QUEUE_RESERVED); timeout_ns < 0
+ * forever, 0 one look. Safe beside another thread's put through the same producer. */
+int sy_queue_reserve(sy_queue_producer *producer, int64_t timeout_ns);
+void sy_queue_unreserve(sy_queue_producer *producer, int64_t n);  /* gives back n counts held */
+/* Waits until a record of `bytes` would fit at the cursor (no claim); safe beside a put. */
+int sy_queue_wait_space(sy_queue_producer *producer, int64_t bytes, int64_t timeout_ns);
 int sy_queue_worker_open(sy_ring *ring, sy_queue_worker **out);
 void sy_queue_worker_close(sy_queue_worker *worker);  /* a record still held is counted lost */
 /* Takes the next record: copied into dst when it fits in capacity bytes and its tag is 0 (SY_OK);

@@ -7,11 +7,15 @@
 Semantics are multiprocessing.Queue's, call by call (tests/test_queue.py compares the two): `put`
 and `get` with `block` and `timeout` (a negative timeout tries once, as there), `queue.Full` and
 `queue.Empty`, `ValueError` once this handle is closed, `join_thread` asserting a prior `close`.
-Differences, all on the safe side: there is no feeder thread, so `put` has copied the item into
-shared memory when it returns (nothing is lost if the process exits right after, and
-`cancel_join_thread` has nothing to cancel); the handle may be pickled anywhere, not only to a
-child process. Capacity: `maxsize` counts items, as there; independently the ring holds at most
-`capacity_bytes` of records (default 16 MiB), and one item may take at most that much pickled.
+`put` waits only for `maxsize`, as there: a record the ring has no room for now is spilled (kept in
+this process, its count held) and a feeder thread puts it when room comes, with the same
+`close`/`join_thread`/`cancel_join_thread` rules (a process exits only once its spilled records are
+in the ring, unless it cancelled that). Otherwise `put` has copied the item into shared memory when
+it returns (no feeder delay: `get_nowait` right after `put` finds it). Differences, on the safe
+side: the object is pickled in `put` (an unpicklable one raises there; a later change to it is not
+sent); the handle may be pickled anywhere, not only to a child process. Capacity: `maxsize` counts
+items, as there; independently the ring holds `capacity_bytes` of records (default 16 MiB), and
+one item may take at most that much pickled.
 
 Items are pickled with protocol 5; NumPy arrays (whatever pickles through PickleBuffer) travel as
 out-of-band buffers, copied once into the ring and once out of it. Several producer processes and
@@ -22,12 +26,15 @@ counted in `abandoned`. See docs/ring.md, "The queue".
 """
 from __future__ import annotations
 
+import collections
 import errno
+import multiprocessing.util as _mp_util
 import os
 import pickle
 import queue
 import secrets
 import struct
+import sys
 import threading
 import weakref
 
@@ -152,6 +159,9 @@ class Queue:
         self._closed = False
         self._producer = self._worker = None
         self._put_lock, self._get_lock = threading.Lock(), threading.Lock()
+        self._spill: collections.deque = collections.deque()  # records waiting for ring space (put lock)
+        self._feeder = self._join_feeder = None
+        self._join_cancelled = False
         self._scratch = bytearray(SCRATCH_BYTES)
         self._scratch_view = memoryview(self._scratch)
         self._scratch_ptr = ffi.from_buffer(self._scratch)
@@ -165,51 +175,78 @@ class Queue:
 
     # ---- put -----------------------------------------------------------------------------------
     def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
-        """Put obj into the queue; queue.Full if no room comes in time (maxsize items, or ring bytes)."""
+        """Put obj into the queue. Waits (or raises queue.Full) only for `maxsize`, as
+        multiprocessing.Queue: when the ring has no room for the record now, the record is kept in
+        this process and a feeder thread puts it as soon as there is (see `join_thread`)."""
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        if timeout is not None:
+            _timeout_ns(block, timeout)  # a bad timeout is an error even when no wait is needed
         buffers: list = []
         data = _dumps(obj, 5, buffer_callback=buffers.append)
         if buffers:
-            return self._put_pieces(data, [b.raw() for b in buffers], t)
-        n = len(data)
-        if n > self._max_record:
-            self._too_big(n)
-        lock = self._put_lock
-        if t < 0:
-            lock.acquire()
-        elif not lock.acquire(True, t / 1e9):
-            raise queue.Full
-        try:
-            producer = self._producer or self._open_producer()
-            status = _put1(producer, data, n, _TAG_PICKLE, t if 0 <= t <= _SLICE_NS else _SLICE_NS)
-            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(self, _put1, (producer, data, n, _TAG_PICKLE), (), t - _SLICE_NS if t > 0 else t)
-        finally:
-            lock.release()
+            record = self._record_with_buffers(data, [b.raw() for b in buffers])
+        else:
+            if len(data) > self._max_record:
+                self._too_big(len(data))
+            record = data
+        with self._put_lock:
+            if not self._spill:  # the fast path: one C call
+                producer = self._producer or self._open_producer()
+                status = _put_record(producer, record, lib.SY_QUEUE_TRY)
+                if status == 0:
+                    return
+                if status == lib.SY_QUEUE_SPILLED:
+                    return self._keep(record)
+                if status != SY_ETIMEDOUT:
+                    check(status, "putting an item")
+        # maxsize reached, or records spilled before this one: a count first, without the lock (the
+        # feeder needs it to put the spilled records, whose counts are already held)
+        self._reserve(block, timeout)
+        with self._put_lock:
+            if not self._spill:
+                status = _put_record(self._producer or self._open_producer(), record, lib.SY_QUEUE_RESERVED)
+                if status == 0:
+                    return
+                if status != lib.SY_QUEUE_SPILLED:
+                    check(status, "putting an item")
+            self._keep(record)
+
+    def _reserve(self, block: bool, timeout) -> None:
+        """One count below maxsize, held for this put (queue.Full if none comes in time)."""
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        producer = self._producer or self._open_producer()
+        status = _in_slices(self, lib.sy_queue_reserve, (producer,), (), t)
         if status:
             _raise(status, queue.Full, "putting an item")
 
-    def _put_pieces(self, data: bytes, raws: list, t: int) -> None:
-        """A record of the pickle and its out-of-band buffers, each copied once into the ring."""
+    def _record_with_buffers(self, data: bytes, raws: list):
+        """A record of the pickle and its out-of-band buffers (each copied once into the ring)."""
         head = struct.pack(f"<{len(raws) + 2}q", len(raws), len(data), *(r.nbytes for r in raws))
         parts = [head, data, *raws]
-        sizes = [len(head), len(data), *(r.nbytes for r in raws)]
-        if sum(sizes) > self._max_record:
-            self._too_big(sum(sizes))
-        keep = [ffi.from_buffer(p) for p in parts]  # alive until the C call returns
-        pieces = ffi.new("void *[]", keep)
-        c_sizes = ffi.new("int64_t[]", sizes)
-        if not self._put_lock.acquire(True, -1 if t < 0 else t / 1e9):
-            raise queue.Full
-        try:
-            producer = self._producer or self._open_producer()
-            status = _in_slices(self, lib.sy_queue_put, (producer, pieces, c_sizes, len(parts), _TAG_BUFFERS), (), t)
-        finally:
-            self._put_lock.release()
-        if status:
-            _raise(status, queue.Full, "putting an item")
+        total = len(head) + len(data) + sum(r.nbytes for r in raws)
+        if total > self._max_record:
+            self._too_big(total)
+        return _Pieces(parts, total)
+
+    def _keep(self, record) -> None:
+        """Spill: the record (its count held) waits in this process for the feeder thread. Called
+        with the put lock held, so a later put of this process never overtakes it."""
+        if isinstance(record, _Pieces):
+            record = record.owned()  # the caller may change its arrays once put() returns
+        self._spill.append(record)
+        if self._feeder is None:
+            self._start_feeder()
+
+    def _start_feeder(self) -> None:
+        thread = threading.Thread(target=_feed, args=(self,), name="sympathy.Queue feeder", daemon=True)
+        self._feeder = thread
+        thread.start()
+        # multiprocessing.Queue's rules: at exit this process waits for the feeder to put what was
+        # spilled, unless cancel_join_thread() was called (then what is still spilled is dropped,
+        # and counted in `abandoned` once this process is gone).
+        if not self._join_cancelled:
+            self._join_feeder = _mp_util.Finalize(thread, _join_thread, [weakref.ref(thread)], exitpriority=-5)
 
     def _too_big(self, n: int):
         raise ValueError(f"the item pickles to {n} bytes; this queue's ring holds records of at most "
@@ -294,27 +331,41 @@ class Queue:
     # ---- lifetime --------------------------------------------------------------------------------
     def close(self) -> None:
         """This process puts and gets no more through this handle (multiprocessing.Queue.close);
-        the queue goes on for the others. A put or get waiting in another thread ends with
-        ValueError within one wait slice. The creator's segment name goes when it exits (or, for a
-        queue never pickled, when its Queue object is collected)."""
+        records it spilled are still put by the feeder thread (`join_thread` waits for that). A get
+        waiting in another thread ends with ValueError within one wait slice. The creator's segment
+        name goes when it exits (or, for a queue never pickled, when its Queue object is collected)."""
         if self._closed:
             return
         self._closed = True
-        with self._put_lock, self._get_lock:
-            self._release_handles()
+        with self._put_lock:
+            if self._feeder is None:
+                self._release_producer()  # else the feeder does, once it has put every spilled record
+        with self._get_lock:
+            self._release_worker()
 
     def join_thread(self) -> None:
+        """Wait until the feeder thread has put every record this process spilled (after close()),
+        as multiprocessing.Queue.join_thread."""
         if not self._closed:
             raise AssertionError(f"Queue {self!r} not closed")  # multiprocessing.Queue's (an assert there)
+        if self._join_feeder is not None:
+            self._join_feeder()
 
     def cancel_join_thread(self) -> None:
-        """Nothing to cancel: put() has copied the item into shared memory when it returns."""
+        """Let this process exit without waiting for its spilled records to be put (they are then
+        dropped, and counted in `abandoned` once the process is gone), as multiprocessing.Queue's."""
+        self._join_cancelled = True
+        if self._join_feeder is not None:
+            self._join_feeder.cancel()
 
-    def _release_handles(self) -> None:
-        producer, worker, self._producer, self._worker = self._producer, self._worker, None, None
+    def _release_producer(self) -> None:
+        producer, self._producer = self._producer, None
         if producer is not None:
             ffi.gc(producer, None)
             lib.sy_queue_producer_close(producer)
+
+    def _release_worker(self) -> None:
+        worker, self._worker = self._worker, None
         if worker is not None:
             ffi.gc(worker, None)
             lib.sy_queue_worker_close(worker)
@@ -328,6 +379,8 @@ class Queue:
                 ffi.gc(handle, None)
                 setattr(self, attribute, None)
         self._put_lock, self._get_lock = threading.Lock(), threading.Lock()
+        self._spill = collections.deque()  # the parent's, which its own feeder puts
+        self._feeder = self._join_feeder = None
         if self._finalizer is not None:
             self._finalizer.detach()  # the creator's name is the creator's to remove
 
@@ -367,6 +420,60 @@ class JoinableQueue(Queue):
         done: nobody can call task_done for it)."""
         while lib.sy_queue_join(self._handle, _SLICE_NS) == SY_ETIMEDOUT:
             pass
+
+
+class _Pieces:
+    """A record gathered from several buffers (the pickle and its out-of-band buffers)."""
+
+    __slots__ = ("parts", "nbytes")
+
+    def __init__(self, parts: list, nbytes: int):
+        self.parts, self.nbytes = parts, nbytes
+
+    def owned(self) -> "_Pieces":
+        return _Pieces([b"".join(self.parts)], self.nbytes)
+
+
+def _put_record(producer, record, mode: int) -> int:
+    if type(record) is bytes:
+        return _put1(producer, record, len(record), _TAG_PICKLE, mode)
+    keep = [ffi.from_buffer(p) for p in record.parts]  # alive until the C call returns
+    return lib.sy_queue_put(producer, ffi.new("void *[]", keep), ffi.new("int64_t[]", [len(k) for k in keep]),
+                            len(keep), _TAG_BUFFERS, mode)
+
+
+def _record_bytes(record) -> int:
+    return len(record) if type(record) is bytes else record.nbytes
+
+
+def _feed(q: "Queue") -> None:
+    """The feeder thread: puts the spilled records in order as ring space comes (waiting for it
+    without the put lock, so put() never waits for the feeder), then ends; the next spill starts
+    another. Its counts are already held, so only space is waited for."""
+    lock, spill = q._put_lock, q._spill
+    while True:
+        with lock:
+            while spill:
+                status = _put_record(q._producer, spill[0], lib.SY_QUEUE_RESERVED)
+                if status == lib.SY_QUEUE_SPILLED:
+                    break
+                spill.popleft()
+                if status != 0:  # multiprocessing.Queue's feeder also reports and drops such a record
+                    lib.sy_queue_unreserve(q._producer, 1)
+                    print(f"sympathy.Queue feeder: a record was dropped (status {status})", file=sys.stderr)
+            if not spill:
+                q._feeder = None
+                if q._closed:
+                    q._release_producer()
+                return
+            producer, need = q._producer, _record_bytes(spill[0])
+        lib.sy_queue_wait_space(producer, need, _SLICE_NS)
+
+
+def _join_thread(thread_ref) -> None:
+    thread = thread_ref()
+    if thread is not None:
+        thread.join()
 
 
 def _load_with_buffers(record: bytearray):
