@@ -272,6 +272,23 @@ int sy_queue_copy_held(sy_queue_worker *worker, void *dst);
 int sy_queue_counts(sy_ring *ring, int reap, sy_queue_tally *out);
 int sy_queue_task_done(sy_ring *ring);               /* SY_EINVAL: called more times than items put */
 int sy_queue_join(sy_ring *ring, int64_t timeout_ns); /* until every item put is task_done */
+void sy_queue_note_abandoned(sy_ring *ring);          /* a frame record found stale: counted abandoned */
+
+/* ---- zero-copy frames (c_src/ring_work_frames.c): a ring whose slots are frame buffers ----
+ * Made with sy_ring_create(capacity = buffers, slot_size = sy_frames_slot_size(frame_bytes)); a
+ * buffer's data is sy_frames_data(i), 64-byte aligned, frame_bytes long. */
+enum sy_frames_layout { SY_FRAME_DATA_OFFSET = 64 };  /* bytes from a slot's header to its data */
+int64_t sy_frames_slot_size(int64_t frame_bytes);     /* -1: out of range */
+int64_t sy_frames_capacity(const sy_ring *frames);
+int64_t sy_frames_bytes(const sy_ring *frames);
+void *sy_frames_data(const sy_ring *frames, int64_t index);
+/* A free buffer for this process (it is pinned to it until sy_frames_unpin); *hint: round robin. */
+int sy_frames_acquire(sy_ring *frames, int64_t timeout_ns, int64_t *hint, int64_t *index, int64_t *gen);
+void sy_frames_queued(sy_ring *frames, int64_t index, int64_t gen);  /* its record is in the queue */
+int sy_frames_take(sy_ring *frames, int64_t index, int64_t gen);     /* SY_EINVAL: a stale record */
+int sy_frames_release(sy_ring *frames, int64_t index, int64_t gen);  /* held or staged by us -> free */
+void sy_frames_unpin(sy_ring *frames, int64_t index);
+int sy_frames_state(const sy_ring *frames, int64_t index, int64_t *out);  /* kind, gen, pid, pin */
 /* CDEF END */
 
 #endif /* SYMPATHY_RING_H */

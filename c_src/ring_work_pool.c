@@ -243,3 +243,7 @@ int sy_queue_join(sy_ring *r, int64_t timeout_ns) {
     }
     return SY_OK;
 }
+
+void sy_queue_note_abandoned(sy_ring *r) {
+    atomic_fetch_add_explicit(&work_pool(r)->abandoned, 1, memory_order_relaxed);
+}

@@ -38,9 +38,12 @@ import sys
 import threading
 import weakref
 
+import numpy as np
+
 from .._errors import SY_EINVAL, SY_ETIMEDOUT, check
 from .._ring import ffi, lib
 from . import segment
+from .queue_frames import DEFAULT_FRAME_COUNT, FrameStore, FrameView, FrameWriter, check_frame_args, take_frame
 
 __all__ = ["Queue", "JoinableQueue"]
 
@@ -49,7 +52,7 @@ DEFAULT_CAPACITY_BYTES = 1 << 24
 SCRATCH_BYTES = 1 << 16   # records up to this land in a kept buffer: no allocation per get
 WAIT_SLICE_S = 0.05       # C waits in slices so that Ctrl-C (signal handlers) runs between them
 _SLICE_NS = int(WAIT_SLICE_S * 1e9)
-_TAG_PICKLE, _TAG_BUFFERS = 0, 1
+_TAG_PICKLE, _TAG_BUFFERS, _TAG_FRAME = 0, 1, 2  # how a record's bytes are framed
 _ITEM_TYPE = b"sympathy.Queue"
 
 _put1, _get = lib.sy_queue_put1, lib.sy_queue_get
@@ -103,7 +106,8 @@ class Queue:
 
     _joinable = False
 
-    def __init__(self, maxsize: int = 0, *, ctx=None, capacity_bytes: int = DEFAULT_CAPACITY_BYTES):
+    def __init__(self, maxsize: int = 0, *, ctx=None, capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
+                 frame_bytes: int = 0, frame_count: int = DEFAULT_FRAME_COUNT):
         if isinstance(maxsize, bool) or not hasattr(maxsize, "__index__"):
             raise TypeError(f"'{type(maxsize).__name__}' object cannot be interpreted as an integer")
         maxsize = max(0, maxsize.__index__())
@@ -111,6 +115,7 @@ class Queue:
             raise TypeError(f"capacity_bytes must be an int; got {type(capacity_bytes).__name__}")
         if not 1024 <= capacity_bytes <= 1 << 40:
             raise ValueError(f"capacity_bytes must be in [1024, 2**40]; got {capacity_bytes}")
+        check_frame_args(frame_bytes, frame_count)
         slots = 1 << max(3, (-(-capacity_bytes // (SLOT_BYTES + 8)) - 1).bit_length())
         name = f"sympathy-queue-{os.getpid()}-{secrets.token_hex(6)}"
         config = ffi.new("sy_ring_config *", {"capacity": slots, "slot_size": SLOT_BYTES,
@@ -123,15 +128,19 @@ class Queue:
         handle = ffi.gc(out[0], lib.sy_ring_free)
         check(lib.sy_queue_init(handle, maxsize, int(self._joinable)), "initialising the queue")
         nonce = int(lib.sy_ring_nonce(handle))
-        inode = segment.remember_created(name, nonce)
+        created = [(name, nonce, segment.remember_created(name, nonce))]
+        frames = None
+        if frame_bytes:
+            frames, made = FrameStore.create(name, frame_bytes, frame_count)
+            created.append(made)
         # The creator removes the name when the interpreter exits, or when this object goes if it
         # was never pickled: a pickled handle may still be on its way to a process that attaches
         # by name (Process.start() drops its reference to args before a spawned child unpickles).
         # Processes that attached keep their mapping either way (as with any POSIX shared memory).
         self._pickled = [False]
-        self._finalizer = weakref.finalize(self, _unlink_if_creator, name, nonce, inode, os.getpid(),
-                                           self._pickled)
+        self._finalizer = weakref.finalize(self, _unlink_if_creator, created, os.getpid(), self._pickled)
         self._setup(handle, name, maxsize)
+        self._frames = frames
 
     @classmethod
     def _attach(cls, name: str) -> "Queue":
@@ -167,6 +176,7 @@ class Queue:
         self._scratch_ptr = ffi.from_buffer(self._scratch)
         self._out, self._tag = ffi.new("int64_t *"), ffi.new("int64_t *")  # bytes, tag
         self._tally = ffi.new("sy_queue_tally *")
+        self._frames = None  # the frame buffers' handle, attached on first use
         _handles.add(self)
 
     def __reduce__(self):
@@ -190,14 +200,19 @@ class Queue:
             if len(data) > self._max_record:
                 self._too_big(len(data))
             record = data
+        self._put_built(record, block, timeout)
+
+    def _put_built(self, record, block: bool, timeout) -> bool:
+        """True when the record went straight into the ring, False when it was spilled."""
         with self._put_lock:
             if not self._spill:  # the fast path: one C call
                 producer = self._producer or self._open_producer()
                 status = _put_record(producer, record, lib.SY_QUEUE_TRY)
                 if status == 0:
-                    return
+                    return True
                 if status == lib.SY_QUEUE_SPILLED:
-                    return self._keep(record)
+                    self._keep(record)
+                    return False
                 if status != SY_ETIMEDOUT:
                     check(status, "putting an item")
         # maxsize reached, or records spilled before this one: a count first, without the lock (the
@@ -207,10 +222,11 @@ class Queue:
             if not self._spill:
                 status = _put_record(self._producer or self._open_producer(), record, lib.SY_QUEUE_RESERVED)
                 if status == 0:
-                    return
+                    return True
                 if status != lib.SY_QUEUE_SPILLED:
                     check(status, "putting an item")
             self._keep(record)
+            return False
 
     def _reserve(self, block: bool, timeout) -> None:
         """One count below maxsize, held for this put (queue.Full if none comes in time)."""
@@ -227,7 +243,7 @@ class Queue:
         total = len(head) + len(data) + sum(r.nbytes for r in raws)
         if total > self._max_record:
             self._too_big(total)
-        return _Pieces(parts, total)
+        return _Pieces(parts, total, _TAG_BUFFERS)
 
     def _keep(self, record) -> None:
         """Spill: the record (its count held) waits in this process for the feeder thread. Called
@@ -284,10 +300,90 @@ class Queue:
             lock.release()
         if kind == _TAG_PICKLE:
             return _loads(record)
+        if kind == _TAG_FRAME:
+            view = self._take_frame(record)
+            if view is None:  # its producer died and its buffer was reclaimed: skipped, counted
+                return self.get(block, timeout)
+            return np.array(view)  # a private copy; the buffer goes back as `view` goes
         return _load_with_buffers(record)
 
     def get_nowait(self):
         return self.get(False)
+
+    # ---- zero-copy frames (sympathy/ring/queue_frames.py) ---------------------------------------------
+    def put_array(self, shape, dtype=float, block: bool = True, timeout: float | None = None) -> FrameWriter:
+        """A writeable array of this shape and dtype in one of the queue's frame buffers, put into
+        the queue when its `with` block ends (an exception discards it): no copy in or out.
+        Waits for a free buffer (queue.Full when none comes in time)."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        dtype = np.dtype(dtype)
+        try:
+            shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+        except (TypeError, ValueError):
+            raise TypeError(f"shape must be an int or a sequence of ints; got {shape!r}") from None
+        if any(n < 0 for n in shape):
+            raise ValueError(f"shape must not be negative; got {shape}")
+        if dtype.hasobject:
+            raise TypeError(f"dtype {dtype} holds Python objects: a frame holds plain data only")
+        store = self._frame_store()
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes > store.frame_bytes:
+            raise ValueError(f"an array of shape {shape} and dtype {dtype} takes {nbytes} bytes; this queue's "
+                             f"frame buffers hold {store.frame_bytes} (frame_bytes=)")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        wait = lambda call, head, tail: _in_slices(self, call, head, tail, t)  # noqa: E731
+        return FrameWriter(self, store, shape, dtype, wait)
+
+    def get_array(self, block: bool = True, timeout: float | None = None) -> FrameView:
+        """The next item as a read-only array (queue.Empty if none comes in time): a frame is a view
+        of its buffer, no copy; use it as `with q.get_array() as view:`. The buffer goes back once
+        the view and every array made from it are gone. An ordinary item that is an ndarray comes as
+        it is (read-only); any other item raises TypeError, the item in its `.item`."""
+        while True:
+            kind, record = self._get_record(block, timeout)
+            if kind == _TAG_FRAME:
+                view = self._take_frame(record)
+                if view is None:
+                    continue
+                return FrameView(view)
+            item = _loads(record) if kind == _TAG_PICKLE else _load_with_buffers(record)
+            if not isinstance(item, np.ndarray):
+                raise _not_an_array(item)  # no local names the error: no frame-traceback cycle
+            item.flags.writeable = False
+            return FrameView(item)
+
+    def _get_record(self, block: bool, timeout) -> tuple[int, bytearray]:
+        """The next record's kind and bytes, copied out (get()'s path, without unpickling)."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        if not self._get_lock.acquire(True, -1 if t < 0 else t / 1e9):
+            raise queue.Empty
+        try:
+            worker = self._worker or self._open_worker()
+            status = _in_slices(self, _get, (worker, ffi.NULL, 0), (self._out, self._tag), t)
+            if status != lib.SY_QUEUE_HELD:
+                _raise(status, queue.Empty, "getting an item")
+            record = bytearray(self._out[0])
+            check(lib.sy_queue_copy_held(worker, ffi.from_buffer(record)), "copying an item out")
+            return int(self._tag[0]), record
+        finally:
+            self._get_lock.release()
+
+    def _frame_store(self) -> FrameStore:
+        if self._frames is None:
+            self._frames = FrameStore.attach(self._name)
+        return self._frames
+
+    def _take_frame(self, record):
+        view = take_frame(self._frame_store(), record)
+        if view is None:
+            lib.sy_queue_note_abandoned(self._handle)
+        return view
+
+    def _put_frame_record(self, record: bytes) -> bool:
+        return self._put_built(_Pieces([record], len(record), _TAG_FRAME), True, None)
 
     def _take_and_hold(self, timeout: float | None = None) -> int:
         """Take the next record and keep it, uncopied (the path of a record too big for the scratch
@@ -425,13 +521,13 @@ class JoinableQueue(Queue):
 class _Pieces:
     """A record gathered from several buffers (the pickle and its out-of-band buffers)."""
 
-    __slots__ = ("parts", "nbytes")
+    __slots__ = ("parts", "nbytes", "tag")
 
-    def __init__(self, parts: list, nbytes: int):
-        self.parts, self.nbytes = parts, nbytes
+    def __init__(self, parts: list, nbytes: int, tag: int):
+        self.parts, self.nbytes, self.tag = parts, nbytes, tag
 
     def owned(self) -> "_Pieces":
-        return _Pieces([b"".join(self.parts)], self.nbytes)
+        return _Pieces([b"".join(self.parts)], self.nbytes, self.tag)
 
 
 def _put_record(producer, record, mode: int) -> int:
@@ -439,7 +535,7 @@ def _put_record(producer, record, mode: int) -> int:
         return _put1(producer, record, len(record), _TAG_PICKLE, mode)
     keep = [ffi.from_buffer(p) for p in record.parts]  # alive until the C call returns
     return lib.sy_queue_put(producer, ffi.new("void *[]", keep), ffi.new("int64_t[]", [len(k) for k in keep]),
-                            len(keep), _TAG_BUFFERS, mode)
+                            len(keep), record.tag, mode)
 
 
 def _record_bytes(record) -> int:
@@ -476,6 +572,12 @@ def _join_thread(thread_ref) -> None:
         thread.join()
 
 
+def _not_an_array(item) -> TypeError:
+    error = TypeError(f"get_array() took an item that is not an array: {type(item).__name__} (in .item)")
+    error.item = item
+    return error
+
+
 def _load_with_buffers(record: bytearray):
     view = memoryview(record)
     n = struct.unpack_from("<q", view)[0]
@@ -490,9 +592,10 @@ def _load_with_buffers(record: bytearray):
     return pickle.loads(data, buffers=buffers)
 
 
-def _unlink_if_creator(name: str, nonce: int, inode, pid: int, pickled: list) -> None:
+def _unlink_if_creator(created: list, pid: int, pickled: list) -> None:
     if os.getpid() == pid and not pickled[0]:
-        segment.unlink_own(name, nonce, inode)
+        for name, nonce, inode in created:
+            segment.unlink_own(name, nonce, inode)
 
 
 def _after_fork_in_child() -> None:
