@@ -56,6 +56,7 @@ _TAG_PICKLE, _TAG_BUFFERS, _TAG_FRAME = 0, 1, 2  # how a record's bytes are fram
 _ITEM_TYPE = b"sympathy.Queue"
 
 _put1, _get = lib.sy_queue_put1, lib.sy_queue_get
+_TRY, _SPILLED = lib.SY_QUEUE_TRY, lib.SY_QUEUE_SPILLED
 _dumps, _loads = pickle.dumps, pickle.loads
 _handles: weakref.WeakSet = weakref.WeakSet()  # every Queue of this process, for fork
 
@@ -195,26 +196,43 @@ class Queue:
         buffers: list = []
         data = _dumps(obj, 5, buffer_callback=buffers.append)
         if buffers:
-            record = self._record_with_buffers(data, [b.raw() for b in buffers])
-        else:
-            if len(data) > self._max_record:
-                self._too_big(len(data))
-            record = data
-        self._put_built(record, block, timeout)
+            self._put_built(self._record_with_buffers(data, [b.raw() for b in buffers]), block, timeout)
+            return
+        n = len(data)
+        if n > self._max_record:
+            self._too_big(n)
+        lock = self._put_lock
+        lock.acquire()  # the fast path, inline: one C call between the lock's two
+        if self._spill or self._producer is None:
+            lock.release()
+            self._put_built(data, block, timeout)
+            return
+        status = _put1(self._producer, data, n, _TAG_PICKLE, _TRY)
+        if status == _SPILLED:
+            try:
+                self._keep(data)
+            finally:
+                lock.release()
+            return
+        lock.release()
+        if status:
+            self._put_built(data, block, timeout, status)
 
-    def _put_built(self, record, block: bool, timeout) -> bool:
-        """True when the record went straight into the ring, False when it was spilled."""
-        with self._put_lock:
-            if not self._spill:  # the fast path: one C call
-                producer = self._producer or self._open_producer()
-                status = _put_record(producer, record, lib.SY_QUEUE_TRY)
-                if status == 0:
-                    return True
-                if status == lib.SY_QUEUE_SPILLED:
-                    self._keep(record)
-                    return False
-                if status != SY_ETIMEDOUT:
-                    check(status, "putting an item")
+    def _put_built(self, record, block: bool, timeout, status=None) -> bool:
+        """True when the record went straight into the ring, False when it was spilled. status:
+        what a first try (SY_QUEUE_TRY) already gave."""
+        if status is None:
+            with self._put_lock:
+                if not self._spill:
+                    producer = self._producer or self._open_producer()
+                    status = _put_record(producer, record, _TRY)
+                    if status == lib.SY_QUEUE_SPILLED:
+                        self._keep(record)
+                        return False
+        if status == 0:
+            return True
+        if status is not None and status != SY_ETIMEDOUT:
+            check(status, "putting an item")
         # maxsize reached, or records spilled before this one: a count first, without the lock (the
         # feeder needs it to put the spilled records, whose counts are already held)
         self._reserve(block, timeout)
@@ -276,21 +294,29 @@ class Queue:
         """Remove and return an item; queue.Empty if none comes in time."""
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
         lock = self._get_lock
-        if t < 0:
+        if block and timeout is None:
+            t = -1
             lock.acquire()
-        elif not lock.acquire(True, t / 1e9):
-            raise queue.Empty
+        else:
+            t = _timeout_ns(block, timeout)
+            if t < 0:
+                lock.acquire()
+            elif not lock.acquire(True, t / 1e9):
+                raise queue.Empty
         try:
             worker = self._worker or self._open_worker()
-            out, tag, scratch = self._out, self._tag, self._scratch_ptr
-            status = _get(worker, scratch, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS, out, tag)
-            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(self, _get, (worker, scratch, SCRATCH_BYTES), (out, tag),
-                                    t - _SLICE_NS if t > 0 else t)
+            out, tag = self._out, self._tag
+            status = _get(worker, self._scratch_ptr, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS, out, tag)
             if status == 0:
-                return _loads(self._scratch_view[:out[0]])  # before the lock goes: the scratch is reused
+                # pickle stops at its STOP opcode: the whole scratch buffer, no slice (under the lock:
+                # the scratch is reused by the next get)
+                return _loads(self._scratch)
+            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
+                status = _in_slices(self, _get, (worker, self._scratch_ptr, SCRATCH_BYTES), (out, tag),
+                                    t - _SLICE_NS if t > 0 else t)
+                if status == 0:
+                    return _loads(self._scratch)
             if status != lib.SY_QUEUE_HELD:
                 _raise(status, queue.Empty, "getting an item")
             record = bytearray(out[0])  # its own buffer: out-of-band arrays are views of it
