@@ -148,7 +148,12 @@ int sy_ring_write_one(sy_ring_producer *producer, const void *item, int64_t time
 int sy_ring_write_i64(sy_ring_producer *producer, int64_t value, int64_t timeout_ns);
 
 /* ---- consumers ---- */
-/* after: indices of the consumers this one runs after (NULL/0 for none: it follows the producers). */
+/* Declares n consumers to come (the creator, before publishing): n records gate the producers from
+ * sequence -1 until consumers attach to them, so nothing is published past them unseen. */
+int sy_ring_declare_consumers(sy_ring *ring, int n);
+/* after: indices of the consumers this one runs after (NULL/0 for none: it follows the producers).
+ * With none, a record declared at creation is taken first (it starts at -1); otherwise the consumer
+ * starts after what is published (claimed) now: its sequence + 1 items are what it missed. */
 int sy_ring_consumer_open(sy_ring *ring, const int *after, int n_after, sy_ring_consumer **out);
 int sy_ring_consumer_close(sy_ring_consumer *consumer);  /* SY_EINVAL while others run after it */
 /* Leave a consumer that others run after: it stays registered, frozen at its last release, so
