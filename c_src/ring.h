@@ -278,6 +278,10 @@ int sy_queue_counts(sy_ring *ring, int reap, sy_queue_tally *out);
 int sy_queue_task_done(sy_ring *ring);               /* SY_EINVAL: called more times than items put */
 int sy_queue_join(sy_ring *ring, int64_t timeout_ns); /* until every item put is task_done */
 void sy_queue_note_abandoned(sy_ring *ring);          /* a frame record found stale: counted abandoned */
+/* Waits that take and hold nothing (for asyncio: a helper thread waits, the event loop then tries):
+ * until a record is ready at the head / until the count is below maxsize; SY_OK or SY_ETIMEDOUT. */
+int sy_queue_wait_item(sy_ring *ring, int64_t timeout_ns);
+int sy_queue_wait_room(sy_ring *ring, int64_t timeout_ns);
 
 /* ---- zero-copy frames (c_src/ring_work_frames.c): a ring whose slots are frame buffers ----
  * Made with sy_ring_create(capacity = buffers, slot_size = sy_frames_slot_size(frame_bytes)); a

@@ -393,3 +393,47 @@ int sy_queue_copy_held(sy_queue_worker *w, void *dst) {
     return SY_OK;
 }
 
+
+/* ---- waiting without taking (the asyncio side: a helper thread waits, the event loop takes) ---- */
+
+/* Until a record is published at work + 1 (SY_OK: a get may find it, or another worker may take it
+ * first) or the timeout. Takes nothing, so a waiter abandoned half-way loses nothing. */
+int sy_queue_wait_item(sy_ring *r, int64_t timeout_ns) {
+    sy_work_pool *pool = work_pool(r);
+    struct pool_wait pw;
+    pool_wait_start(&pw, r, timeout_ns);
+    for (;;) {
+        int64_t work = atomic_load_explicit(&pool->work.sequence, memory_order_acquire);
+        int64_t seen = atomic_load_explicit(&slot_header(r, work + 1)->published_plus_one, memory_order_acquire);
+        if (seen == work + 2) return SY_OK;
+        struct record_wanted rw = {.ring = r, .work = work, .header = seen};
+        bool liveness_due;
+        int status = pool_nap(&pw, record_ready, &rw, &liveness_due);
+        if (status != SY_OK) return status;
+        if (liveness_due) {
+            pool_reap(r, false);
+            skip_abandoned(r, pool, work);
+        }
+    }
+}
+
+struct room_wanted { sy_work_pool *pool; };
+
+static bool room_ready(void *ctx) {
+    sy_work_pool *pool = ((struct room_wanted *)ctx)->pool;
+    return pool->maxsize == 0 || atomic_load_explicit(&pool->count.items, memory_order_acquire) < pool->maxsize;
+}
+
+/* Until the count is below maxsize (a put may find room) or the timeout. Holds nothing. */
+int sy_queue_wait_room(sy_ring *r, int64_t timeout_ns) {
+    struct room_wanted rw = {.pool = work_pool(r)};
+    struct pool_wait pw;
+    pool_wait_start(&pw, r, timeout_ns);
+    while (!room_ready(&rw)) {
+        bool liveness_due;
+        int status = pool_nap(&pw, room_ready, &rw, &liveness_due);
+        if (status != SY_OK) return status;
+        if (liveness_due) pool_reap(r, false);
+    }
+    return SY_OK;
+}

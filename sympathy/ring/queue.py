@@ -43,60 +43,25 @@ import numpy as np
 from .._errors import SY_EINVAL, SY_ETIMEDOUT, check
 from .._ring import ffi, lib
 from . import segment
-from .queue_frames import DEFAULT_FRAME_COUNT, FrameStore, FrameView, FrameWriter, check_frame_args, take_frame
+from ._queue_core import (_SLICE_NS, _TAG_BUFFERS, _TAG_FRAME, _TAG_PICKLE, WAIT_SLICE_S, _get,  # noqa: F401
+                          _in_slices, _load_with_buffers, _loads, _Pieces, _put1, _put_record, _raise,
+                          _timeout_ns)
+from .queue_async import AsyncMixin
+from .queue_frames import DEFAULT_FRAME_COUNT, FrameStore, FramesMixin, check_frame_args
 
 __all__ = ["Queue", "JoinableQueue"]
 
 SLOT_BYTES = 120          # payload per 128-byte slot (8 go to the slot's header): a pickled small dict fits one
 DEFAULT_CAPACITY_BYTES = 1 << 24
 SCRATCH_BYTES = 1 << 16   # records up to this land in a kept buffer: no allocation per get
-WAIT_SLICE_S = 0.05       # C waits in slices so that Ctrl-C (signal handlers) runs between them
-_SLICE_NS = int(WAIT_SLICE_S * 1e9)
-_TAG_PICKLE, _TAG_BUFFERS, _TAG_FRAME = 0, 1, 2  # how a record's bytes are framed
 _ITEM_TYPE = b"sympathy.Queue"
 
-_put1, _get = lib.sy_queue_put1, lib.sy_queue_get
 _TRY, _SPILLED = lib.SY_QUEUE_TRY, lib.SY_QUEUE_SPILLED
-_dumps, _loads = pickle.dumps, pickle.loads
+_dumps = pickle.dumps
 _handles: weakref.WeakSet = weakref.WeakSet()  # every Queue of this process, for fork
 
 
-def _timeout_ns(block: bool, timeout) -> int:
-    """multiprocessing.Queue's reading of (block, timeout): block=False ignores timeout; a negative
-    timeout tries once (no ValueError, unlike queue.Queue); None waits forever."""
-    if not block:
-        return 0
-    if timeout is None:
-        return -1
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds or None; got {type(timeout).__name__}")
-    if timeout != timeout:
-        raise ValueError("timeout must be a number of seconds or None; got nan")
-    return max(0, int(timeout * 1e9)) if timeout < 1e9 else -1
-
-
-def _in_slices(q: "Queue", call, head: tuple, tail: tuple, t: int) -> int:
-    """call(*head, slice_ns, *tail) until it is not a slice's timeout or t (ns, < 0 forever) runs
-    out: the C wait holds no GIL and Python runs signal handlers (Ctrl-C) only between the calls; a
-    close() from another thread ends the wait at the next slice. (No lambda: a closure would make
-    put's and get's locals cells on every call, fast path included.)"""
-    while True:
-        status = call(*head, _SLICE_NS if t < 0 or t > _SLICE_NS else t, *tail)
-        if status != SY_ETIMEDOUT or 0 <= t <= _SLICE_NS:
-            return status
-        if q._closed:
-            raise ValueError(f"Queue {q!r} is closed")
-        if t > 0:
-            t -= _SLICE_NS
-
-
-def _raise(status: int, timeout_exc: type, what: str) -> None:
-    if status == SY_ETIMEDOUT:
-        raise timeout_exc
-    check(status, what)
-
-
-class Queue:
+class Queue(FramesMixin, AsyncMixin):
     """multiprocessing.Queue on a shared ring; each item goes to exactly one consumer.
 
     maxsize: at most this many items in the queue (<= 0: no limit), as multiprocessing.Queue.
@@ -336,81 +301,6 @@ class Queue:
     def get_nowait(self):
         return self.get(False)
 
-    # ---- zero-copy frames (sympathy/ring/queue_frames.py) ---------------------------------------------
-    def put_array(self, shape, dtype=float, block: bool = True, timeout: float | None = None) -> FrameWriter:
-        """A writeable array of this shape and dtype in one of the queue's frame buffers, put into
-        the queue when its `with` block ends (an exception discards it): no copy in or out.
-        Waits for a free buffer (queue.Full when none comes in time)."""
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-        dtype = np.dtype(dtype)
-        try:
-            shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
-        except (TypeError, ValueError):
-            raise TypeError(f"shape must be an int or a sequence of ints; got {shape!r}") from None
-        if any(n < 0 for n in shape):
-            raise ValueError(f"shape must not be negative; got {shape}")
-        if dtype.hasobject:
-            raise TypeError(f"dtype {dtype} holds Python objects: a frame holds plain data only")
-        store = self._frame_store()
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if nbytes > store.frame_bytes:
-            raise ValueError(f"an array of shape {shape} and dtype {dtype} takes {nbytes} bytes; this queue's "
-                             f"frame buffers hold {store.frame_bytes} (frame_bytes=)")
-        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
-        wait = lambda call, head, tail: _in_slices(self, call, head, tail, t)  # noqa: E731
-        return FrameWriter(self, store, shape, dtype, wait)
-
-    def get_array(self, block: bool = True, timeout: float | None = None) -> FrameView:
-        """The next item as a read-only array (queue.Empty if none comes in time): a frame is a view
-        of its buffer, no copy; use it as `with q.get_array() as view:`. The buffer goes back once
-        the view and every array made from it are gone. An ordinary item that is an ndarray comes as
-        it is (read-only); any other item raises TypeError, the item in its `.item`."""
-        while True:
-            kind, record = self._get_record(block, timeout)
-            if kind == _TAG_FRAME:
-                view = self._take_frame(record)
-                if view is None:
-                    continue
-                return FrameView(view)
-            item = _loads(record) if kind == _TAG_PICKLE else _load_with_buffers(record)
-            if not isinstance(item, np.ndarray):
-                raise _not_an_array(item)  # no local names the error: no frame-traceback cycle
-            item.flags.writeable = False
-            return FrameView(item)
-
-    def _get_record(self, block: bool, timeout) -> tuple[int, bytearray]:
-        """The next record's kind and bytes, copied out (get()'s path, without unpickling)."""
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
-        if not self._get_lock.acquire(True, -1 if t < 0 else t / 1e9):
-            raise queue.Empty
-        try:
-            worker = self._worker or self._open_worker()
-            status = _in_slices(self, _get, (worker, ffi.NULL, 0), (self._out, self._tag), t)
-            if status != lib.SY_QUEUE_HELD:
-                _raise(status, queue.Empty, "getting an item")
-            record = bytearray(self._out[0])
-            check(lib.sy_queue_copy_held(worker, ffi.from_buffer(record)), "copying an item out")
-            return int(self._tag[0]), record
-        finally:
-            self._get_lock.release()
-
-    def _frame_store(self) -> FrameStore:
-        if self._frames is None:
-            self._frames = FrameStore.attach(self._name)
-        return self._frames
-
-    def _take_frame(self, record):
-        view = take_frame(self._frame_store(), record)
-        if view is None:
-            lib.sy_queue_note_abandoned(self._handle)
-        return view
-
-    def _put_frame_record(self, record: bytes) -> bool:
-        return self._put_built(_Pieces([record], len(record), _TAG_FRAME), True, None)
-
     def _take_and_hold(self, timeout: float | None = None) -> int:
         """Take the next record and keep it, uncopied (the path of a record too big for the scratch
         buffer, stopped half-way): for fault tests that kill a consumer holding a record."""
@@ -544,26 +434,6 @@ class JoinableQueue(Queue):
             pass
 
 
-class _Pieces:
-    """A record gathered from several buffers (the pickle and its out-of-band buffers)."""
-
-    __slots__ = ("parts", "nbytes", "tag")
-
-    def __init__(self, parts: list, nbytes: int, tag: int):
-        self.parts, self.nbytes, self.tag = parts, nbytes, tag
-
-    def owned(self) -> "_Pieces":
-        return _Pieces([b"".join(self.parts)], self.nbytes, self.tag)
-
-
-def _put_record(producer, record, mode: int) -> int:
-    if type(record) is bytes:
-        return _put1(producer, record, len(record), _TAG_PICKLE, mode)
-    keep = [ffi.from_buffer(p) for p in record.parts]  # alive until the C call returns
-    return lib.sy_queue_put(producer, ffi.new("void *[]", keep), ffi.new("int64_t[]", [len(k) for k in keep]),
-                            len(keep), record.tag, mode)
-
-
 def _record_bytes(record) -> int:
     return len(record) if type(record) is bytes else record.nbytes
 
@@ -596,26 +466,6 @@ def _join_thread(thread_ref) -> None:
     thread = thread_ref()
     if thread is not None:
         thread.join()
-
-
-def _not_an_array(item) -> TypeError:
-    error = TypeError(f"get_array() took an item that is not an array: {type(item).__name__} (in .item)")
-    error.item = item
-    return error
-
-
-def _load_with_buffers(record: bytearray):
-    view = memoryview(record)
-    n = struct.unpack_from("<q", view)[0]
-    sizes = struct.unpack_from(f"<{n + 1}q", view, 8)
-    at = 8 * (n + 2)
-    data = view[at:at + sizes[0]]
-    at += sizes[0]
-    buffers = []
-    for size in sizes[1:]:
-        buffers.append(view[at:at + size])
-        at += size
-    return pickle.loads(data, buffers=buffers)
 
 
 def _unlink_if_creator(created: list, pid: int, pickled: list) -> None:

@@ -43,6 +43,8 @@ import numpy as np
 from .._errors import SY_ETIMEDOUT, check
 from .._ring import ffi, lib
 from . import segment
+from ._queue_core import (_TAG_FRAME, _TAG_PICKLE, _get, _in_slices, _load_with_buffers, _loads,
+                          _not_an_array, _Pieces, _raise, _timeout_ns)
 
 _ITEM_TYPE = b"sympathy.Queue.frames"
 DEFAULT_FRAME_COUNT = 4
@@ -205,3 +207,82 @@ def take_frame(store: FrameStore, record: bytes) -> np.ndarray | None:
     handle = store.handle
     return store.array(index, shape, dtype, writeable=False,
                        on_gone=lambda: lib.sy_frames_release(handle, index, gen))
+
+
+class FramesMixin:
+    """sympathy.Queue's frame methods (the queue's own state is set up by Queue)."""
+
+    def put_array(self, shape, dtype=float, block: bool = True, timeout: float | None = None) -> FrameWriter:
+        """A writeable array of this shape and dtype in one of the queue's frame buffers, put into
+        the queue when its `with` block ends (an exception discards it): no copy in or out.
+        Waits for a free buffer (queue.Full when none comes in time)."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        dtype = np.dtype(dtype)
+        try:
+            shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+        except (TypeError, ValueError):
+            raise TypeError(f"shape must be an int or a sequence of ints; got {shape!r}") from None
+        if any(n < 0 for n in shape):
+            raise ValueError(f"shape must not be negative; got {shape}")
+        if dtype.hasobject:
+            raise TypeError(f"dtype {dtype} holds Python objects: a frame holds plain data only")
+        store = self._frame_store()
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes > store.frame_bytes:
+            raise ValueError(f"an array of shape {shape} and dtype {dtype} takes {nbytes} bytes; this queue's "
+                             f"frame buffers hold {store.frame_bytes} (frame_bytes=)")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        wait = lambda call, head, tail: _in_slices(self, call, head, tail, t)  # noqa: E731
+        return FrameWriter(self, store, shape, dtype, wait)
+
+    def get_array(self, block: bool = True, timeout: float | None = None) -> FrameView:
+        """The next item as a read-only array (queue.Empty if none comes in time): a frame is a view
+        of its buffer, no copy; use it as `with q.get_array() as view:`. The buffer goes back once
+        the view and every array made from it are gone. An ordinary item that is an ndarray comes as
+        it is (read-only); any other item raises TypeError, the item in its `.item`."""
+        while True:
+            kind, record = self._get_record(block, timeout)
+            if kind == _TAG_FRAME:
+                view = self._take_frame(record)
+                if view is None:
+                    continue
+                return FrameView(view)
+            item = _loads(record) if kind == _TAG_PICKLE else _load_with_buffers(record)
+            if not isinstance(item, np.ndarray):
+                raise _not_an_array(item)  # no local names the error: no frame-traceback cycle
+            item.flags.writeable = False
+            return FrameView(item)
+
+    def _get_record(self, block: bool, timeout) -> tuple[int, bytearray]:
+        """The next record's kind and bytes, copied out (get()'s path, without unpickling)."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        if not self._get_lock.acquire(True, -1 if t < 0 else t / 1e9):
+            raise queue.Empty
+        try:
+            worker = self._worker or self._open_worker()
+            status = _in_slices(self, _get, (worker, ffi.NULL, 0), (self._out, self._tag), t)
+            if status != lib.SY_QUEUE_HELD:
+                _raise(status, queue.Empty, "getting an item")
+            record = bytearray(self._out[0])
+            check(lib.sy_queue_copy_held(worker, ffi.from_buffer(record)), "copying an item out")
+            return int(self._tag[0]), record
+        finally:
+            self._get_lock.release()
+
+    def _frame_store(self) -> FrameStore:
+        if self._frames is None:
+            self._frames = FrameStore.attach(self._name)
+        return self._frames
+
+    def _take_frame(self, record):
+        view = take_frame(self._frame_store(), record)
+        if view is None:
+            lib.sy_queue_note_abandoned(self._handle)
+        return view
+
+    def _put_frame_record(self, record: bytes) -> bool:
+        return self._put_built(_Pieces([record], len(record), _TAG_FRAME), True, None)
+
