@@ -9,7 +9,6 @@ processes may wait on one queue: a wake-up lets each try, and whoever loses the 
 """
 from __future__ import annotations
 
-import asyncio
 import queue
 import time
 
@@ -50,6 +49,8 @@ class AsyncMixin:
         if left is not None and left <= 0:
             raise timeout_exc
         slice_ns = _SLICE_NS if left is None or left > WAIT_SLICE_S else max(0, int(left * 1e9))
+        import asyncio  # here, not at the top: `import sympathy` should not pay for asyncio
+
         await asyncio.get_running_loop().run_in_executor(None, wait, self._handle, slice_ns)
 
 
