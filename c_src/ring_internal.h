@@ -154,7 +154,7 @@ struct sy_ring_header {
     sy_consumer_record consumers[SY_RING_MAX_CONSUMERS];
     sy_producer_record producers[SY_RING_MAX_PRODUCERS];
     sy_ring_origin origin;
-    /* sympathy.Queue's shared state (struct sy_work_pool, defined with its code in ring_work.c); zero, and unused, in a plain ring. */
+    /* sympathy.Queue's shared state (struct sy_work_pool, defined in ring_work_internal.h); zero, and unused, in a plain ring. */
     _Alignas(SY_DESTRUCTIVE_SIZE) unsigned char work_pool[SY_WORK_POOL_BLOCKS * SY_DESTRUCTIVE_SIZE];
 };
 
