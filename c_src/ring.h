@@ -291,8 +291,9 @@ int64_t sy_frames_slot_size(int64_t frame_bytes);     /* -1: out of range */
 int64_t sy_frames_capacity(const sy_ring *frames);
 int64_t sy_frames_bytes(const sy_ring *frames);
 void *sy_frames_data(const sy_ring *frames, int64_t index);
-/* A free buffer for this process (it is pinned to it until sy_frames_unpin); *hint: round robin. */
-int sy_frames_acquire(sy_ring *frames, int64_t timeout_ns, int64_t *hint, int64_t *index, int64_t *gen);
+/* The lowest free buffer (the most likely still cached), for this process: pinned to it until
+ * sy_frames_unpin. */
+int sy_frames_acquire(sy_ring *frames, int64_t timeout_ns, int64_t *index, int64_t *gen);
 void sy_frames_queued(sy_ring *frames, int64_t index, int64_t gen);  /* its record is in the queue */
 int sy_frames_take(sy_ring *frames, int64_t index, int64_t gen);     /* SY_EINVAL: a stale record */
 int sy_frames_release(sy_ring *frames, int64_t index, int64_t gen);  /* held or staged by us -> free */

@@ -77,12 +77,13 @@ static void reclaim_dead(sy_ring *f) {
     wake_waiters(f);
 }
 
-/* One free, unpinned buffer taken for this process, or -1. Starts after the last one taken
- * (`*hint`), so buffers are used round robin and a reader's lines are rarely the writer's next. */
-static int64_t try_acquire(sy_ring *f, int64_t pid, int64_t *hint, int64_t *gen) {
-    int64_t n = ring_capacity(f);
-    for (int64_t k = 1; k <= n; k++) {
-        int64_t i = (*hint + k) & f->mask;
+/* The lowest-numbered free, unpinned buffer, taken for this process; -1 if none. Lowest first, not
+ * round robin: a buffer given back a moment ago is still in the last-level cache, so a producer and
+ * consumer trading few frames keep writing into the same cached lines instead of streaming through
+ * frame_count x frame_bytes of DRAM (1080p, 4 buffers, one thread: 0.55 ms a frame lowest-first,
+ * 1.1-1.4 ms round robin, on a 32 MiB-L3 EPYC). */
+static int64_t try_acquire(sy_ring *f, int64_t pid, int64_t *gen) {
+    for (int64_t i = 0; i < ring_capacity(f); i++) {
         _Atomic int64_t *word = state_word(f, i);
         int64_t s = atomic_load_explicit(word, memory_order_acquire);
         if (state_kind(s) != FRAME_FREE || atomic_load_explicit(&frame_meta(f, i)->pin, memory_order_acquire))
@@ -92,7 +93,6 @@ static int64_t try_acquire(sy_ring *f, int64_t pid, int64_t *hint, int64_t *gen)
         if (atomic_compare_exchange_strong_explicit(word, &s, frame_state(FRAME_STAGED, g, pid), memory_order_acq_rel,
                                                     memory_order_relaxed)) {
             atomic_store_explicit(&frame_meta(f, i)->pin, pid, memory_order_release);
-            *hint = i;
             *gen = g;
             return i;
         }
@@ -112,13 +112,13 @@ static bool frame_ready(void *ctx) {
     return false;
 }
 
-int sy_frames_acquire(sy_ring *f, int64_t timeout_ns, int64_t *hint, int64_t *index, int64_t *gen) {
+int sy_frames_acquire(sy_ring *f, int64_t timeout_ns, int64_t *index, int64_t *gen) {
     int64_t pid = getpid();
     struct pool_wait pw;
     pool_wait_start(&pw, f, timeout_ns);
     struct frame_wanted fw = {.frames = f};
     for (;;) {
-        int64_t i = try_acquire(f, pid, hint, gen);
+        int64_t i = try_acquire(f, pid, gen);
         if (i >= 0) {
             *index = i;
             return SY_OK;

@@ -34,6 +34,8 @@ recognised by its generation, skipped, and counted in `q.abandoned`.
 from __future__ import annotations
 
 import errno
+import math
+import operator
 import pickle
 import queue
 import weakref
@@ -71,7 +73,6 @@ class FrameStore:
         self.handle, self.name = handle, name
         self.count = int(lib.sy_frames_capacity(handle))
         self.frame_bytes = int(lib.sy_frames_bytes(handle))
-        self._hint = ffi.new("int64_t *", -1)
         self._index, self._gen = ffi.new("int64_t *"), ffi.new("int64_t *")
 
     @classmethod
@@ -110,7 +111,7 @@ class FrameStore:
     def acquire(self, wait) -> tuple[int, int]:
         """A free buffer, pinned to this process: (index, generation). wait(call, head, tail) runs
         the C wait in slices (queue.Full when it times out)."""
-        status = wait(lib.sy_frames_acquire, (self.handle,), (self._hint, self._index, self._gen))
+        status = wait(lib.sy_frames_acquire, (self.handle,), (self._index, self._gen))
         if status:
             if status == SY_ETIMEDOUT:
                 raise queue.Full
@@ -120,7 +121,7 @@ class FrameStore:
     def array(self, index: int, shape, dtype, *, writeable: bool, on_gone) -> np.ndarray:
         """An array over buffer `index`; on_gone() runs once it and every array made from it are gone
         (they keep the root, made here, alive through .base)."""
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         raw = ffi.buffer(lib.sy_frames_data(self.handle, index), nbytes)
         root = np.frombuffer(raw if writeable else memoryview(raw).toreadonly(), np.uint8)
         weakref.finalize(root, on_gone)
@@ -220,7 +221,7 @@ class FramesMixin:
             raise ValueError(f"Queue {self!r} is closed")
         dtype = np.dtype(dtype)
         try:
-            shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+            shape = (operator.index(shape),) if not hasattr(shape, "__len__") else tuple(map(operator.index, shape))
         except (TypeError, ValueError):
             raise TypeError(f"shape must be an int or a sequence of ints; got {shape!r}") from None
         if any(n < 0 for n in shape):
@@ -228,7 +229,7 @@ class FramesMixin:
         if dtype.hasobject:
             raise TypeError(f"dtype {dtype} holds Python objects: a frame holds plain data only")
         store = self._frame_store()
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         if nbytes > store.frame_bytes:
             raise ValueError(f"an array of shape {shape} and dtype {dtype} takes {nbytes} bytes; this queue's "
                              f"frame buffers hold {store.frame_bytes} (frame_bytes=)")
