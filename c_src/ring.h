@@ -278,6 +278,12 @@ int sy_queue_counts(sy_ring *ring, int reap, sy_queue_tally *out);
 int sy_queue_task_done(sy_ring *ring);               /* SY_EINVAL: called more times than items put */
 int sy_queue_join(sy_ring *ring, int64_t timeout_ns); /* until every item put is task_done */
 void sy_queue_note_abandoned(sy_ring *ring);          /* a frame record found stale: counted abandoned */
+/* sy_queue_put1 (tag 0) and sy_queue_get (timeout 0) for records of at most SY_QUEUE_SMALL_BYTES:
+ * they never wait and copy little, so the Python layer calls them without releasing the GIL (a
+ * release and re-take costs about as much as the put itself: sympathy/_build/ring_build.py). */
+enum sy_queue_small { SY_QUEUE_SMALL_BYTES = 65536 };
+int sy_queue_put_small(sy_queue_producer *producer, const void *data, int64_t size, int mode);
+int sy_queue_get_small(sy_queue_worker *worker, void *dst, int64_t capacity, int64_t *bytes, int64_t *tag);
 /* Waits that take and hold nothing (for asyncio: a helper thread waits, the event loop then tries):
  * until a record is ready at the head / until the count is below maxsize; SY_OK or SY_ETIMEDOUT. */
 int sy_queue_wait_item(sy_ring *ring, int64_t timeout_ns);

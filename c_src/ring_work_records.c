@@ -437,3 +437,15 @@ int sy_queue_wait_room(sy_ring *r, int64_t timeout_ns) {
     }
     return SY_OK;
 }
+
+/* ---- the small, never-waiting calls that keep the GIL (see sympathy/_build/ring_build.py) ---- */
+
+int sy_queue_put_small(sy_queue_producer *qp, const void *data, int64_t size, int mode) {
+    if (size > SY_QUEUE_SMALL_BYTES) return SY_EINVAL;
+    return sy_queue_put1(qp, data, size, 0, mode);
+}
+
+int sy_queue_get_small(sy_queue_worker *w, void *dst, int64_t capacity, int64_t *bytes, int64_t *tag) {
+    if (capacity > SY_QUEUE_SMALL_BYTES) return SY_EINVAL;
+    return sy_queue_get(w, dst, capacity, 0, bytes, tag);  /* timeout 0: one look, no wait, no liveness scan */
+}

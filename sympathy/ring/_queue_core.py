@@ -13,6 +13,9 @@ _SLICE_NS = int(WAIT_SLICE_S * 1e9)
 _TAG_PICKLE, _TAG_BUFFERS, _TAG_FRAME = 0, 1, 2  # how a record's bytes are framed
 
 _put1, _get = lib.sy_queue_put1, lib.sy_queue_get
+# never wait, copy at most SMALL_BYTES: called with the GIL kept (sympathy/_build/ring_build.py)
+_put_small, _get_small = lib.sy_queue_put_small, lib.sy_queue_get_small
+SMALL_BYTES = lib.SY_QUEUE_SMALL_BYTES
 _loads = pickle.loads
 
 

@@ -43,9 +43,9 @@ import numpy as np
 from .._errors import SY_EINVAL, SY_ETIMEDOUT, check
 from .._ring import ffi, lib
 from . import segment
-from ._queue_core import (_SLICE_NS, _TAG_BUFFERS, _TAG_FRAME, _TAG_PICKLE, WAIT_SLICE_S, _get,  # noqa: F401
-                          _in_slices, _load_with_buffers, _loads, _Pieces, _put1, _put_record, _raise,
-                          _timeout_ns)
+from ._queue_core import (_SLICE_NS, _TAG_BUFFERS, _TAG_FRAME, _TAG_PICKLE, SMALL_BYTES,  # noqa: F401
+                          WAIT_SLICE_S, _get, _get_small, _in_slices, _load_with_buffers, _loads, _Pieces,
+                          _put1, _put_record, _put_small, _raise, _timeout_ns)
 from .queue_async import AsyncMixin
 from .queue_frames import DEFAULT_FRAME_COUNT, FrameStore, FramesMixin, check_frame_args
 
@@ -172,7 +172,10 @@ class Queue(FramesMixin, AsyncMixin):
             lock.release()
             self._put_built(data, block, timeout)
             return
-        status = _put1(self._producer, data, n, _TAG_PICKLE, _TRY)
+        if n <= SMALL_BYTES:  # never waits, copies little: the GIL is kept across the call
+            status = _put_small(self._producer, data, n, _TRY)
+        else:
+            status = _put1(self._producer, data, n, _TAG_PICKLE, _TRY)
         if status == _SPILLED:
             try:
                 self._keep(data)
@@ -272,14 +275,14 @@ class Queue(FramesMixin, AsyncMixin):
         try:
             worker = self._worker or self._open_worker()
             out, tag = self._out, self._tag
-            status = _get(worker, self._scratch_ptr, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS, out, tag)
+            # one look with the GIL kept (it never waits); then, if nothing was there, waits
+            status = _get_small(worker, self._scratch_ptr, SCRATCH_BYTES, out, tag)
             if status == 0:
                 # pickle stops at its STOP opcode: the whole scratch buffer, no slice (under the lock:
                 # the scratch is reused by the next get)
                 return _loads(self._scratch)
-            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(self, _get, (worker, self._scratch_ptr, SCRATCH_BYTES), (out, tag),
-                                    t - _SLICE_NS if t > 0 else t)
+            if status == SY_ETIMEDOUT and t != 0:
+                status = _in_slices(self, _get, (worker, self._scratch_ptr, SCRATCH_BYTES), (out, tag), t)
                 if status == 0:
                     return _loads(self._scratch)
             if status != lib.SY_QUEUE_HELD:
