@@ -138,7 +138,6 @@ class Queue(FramesMixin, AsyncMixin):
         self._feeder = self._join_feeder = None
         self._join_cancelled = False
         self._scratch = bytearray(SCRATCH_BYTES)
-        self._scratch_view = memoryview(self._scratch)
         self._scratch_ptr = ffi.from_buffer(self._scratch)
         self._out, self._tag = ffi.new("int64_t *"), ffi.new("int64_t *")  # bytes, tag
         self._tally = ffi.new("sy_queue_tally *")
@@ -168,22 +167,20 @@ class Queue(FramesMixin, AsyncMixin):
             self._too_big(n)
         lock = self._put_lock
         lock.acquire()  # the fast path, inline: one C call between the lock's two
-        if self._spill or self._producer is None:
+        try:
+            if self._spill or self._producer is None:
+                status = None  # the slow path below tries
+            else:
+                if n <= SMALL_BYTES:  # never waits, copies little: the GIL is kept across the call
+                    status = _put_small(self._producer, data, n, _TRY)
+                else:
+                    status = _put1(self._producer, data, n, _TAG_PICKLE, _TRY)
+                if status == _SPILLED:
+                    self._keep(data)
+                    return
+        finally:
             lock.release()
-            self._put_built(data, block, timeout)
-            return
-        if n <= SMALL_BYTES:  # never waits, copies little: the GIL is kept across the call
-            status = _put_small(self._producer, data, n, _TRY)
-        else:
-            status = _put1(self._producer, data, n, _TAG_PICKLE, _TRY)
-        if status == _SPILLED:
-            try:
-                self._keep(data)
-            finally:
-                lock.release()
-            return
-        lock.release()
-        if status:
+        if status != 0:
             self._put_built(data, block, timeout, status)
 
     def _put_built(self, record, block: bool, timeout, status=None) -> bool:
