@@ -84,6 +84,7 @@ def test_an_undeclared_late_consumer_is_told_what_it_missed():
         rb.publish(i)
     late = rb.consumer()  # not declared: starts at what is published from now on
     assert late.missed == 700 and early.missed == 0
+    assert rb.poller().missed == 700  # an EventPoller is told the same
     for i in range(700, 1000):
         rb.publish(i)
     got = _collect(late, 300)

@@ -289,6 +289,7 @@ class EventPoller:
         self._consumer = consumer
         self.index = consumer.index
         self.after = consumer.after
+        self.missed = consumer.missed  # items published before it joined (Consumer.missed)
         ring = consumer._ring
         self._mask = ring.capacity - 1
         self._plain = ring._unpack is not None
