@@ -157,9 +157,11 @@ class Queue(FramesMixin, AsyncMixin):
             raise ValueError(f"Queue {self!r} is closed")
         if timeout is not None:
             _timeout_ns(block, timeout)  # a bad timeout is an error even when no wait is needed
-        buffers: list = []
-        data = _dumps(obj, 5, buffer_callback=buffers.append)
-        if buffers:
+        try:  # a constant callback: no list and bound method per put (1.3k of its ~12k instructions)
+            data = _dumps(obj, 5, buffer_callback=_refuse_buffers)
+        except _HasBuffers:  # arrays out of band: pickled again, collecting them (their copy dominates)
+            buffers: list = []
+            data = _dumps(obj, 5, buffer_callback=buffers.append)
             self._put_built(self._record_with_buffers(data, [b.raw() for b in buffers]), block, timeout)
             return
         n = len(data)
@@ -466,6 +468,14 @@ def _join_thread(thread_ref) -> None:
     thread = thread_ref()
     if thread is not None:
         thread.join()
+
+
+class _HasBuffers(Exception):
+    """The object pickles with out-of-band buffers (NumPy arrays): put collects them then."""
+
+
+def _refuse_buffers(buffer) -> None:
+    raise _HasBuffers
 
 
 def _unlink_if_creator(created: list, pid: int, pickled: list) -> None:
