@@ -2,16 +2,23 @@
 every queue so the ratios are side by side: sympathy.Queue, multiprocessing.Queue,
 multiprocessing.SimpleQueue and, when installed (benchmark-only extra), faster-fifo.
 
-    python scripts/queue_throughput.py [--items 200000] [--repeat 3] [--item dict|int]
+    python scripts/queue_throughput.py [--items 200000] [--repeat 3] [--item dict|int|frame]
 
-The item is a dict of five fields (issue 19's small-object row) or a small int. Each figure is the
-median of --repeat runs: from the moment both processes are ready until the consumer has taken the
-last item (it checks every item's sequence, outside nothing: the check is part of consuming).
+The item is a dict of five fields (issue 19's small-object row), a small int, or a 1080p RGB uint8
+frame (6 MB): sympathy.Queue then writes it in place with put_array (np.copyto from a source frame)
+and the consumer reads a view with get_array, the others put and get the array (pickled), and a
+row "memcpy" gives one thread's np.copyto of the same frame into one of four buffers in turn. Each run times
+from the moment both processes are ready until the consumer has taken the last item (it checks
+every item's sequence: the check is part of consuming). The queues run in interleaved rounds (every
+queue once per round, the order rotating), so a change in the machine's load falls on all of them;
+each figure is the median over the rounds, and each ratio the median of the per-round ratios.
 """
 import argparse
 import multiprocessing as mp
 import statistics
 import time
+
+import numpy as np
 
 import sympathy as sy
 
@@ -24,7 +31,28 @@ def make_item(kind: str, i: int):
     return {"id": i, "name": "sensor-7", "value": i * 0.5, "ok": True, "tags": ("a", "b")}
 
 
+FRAME = (1080, 1920, 3)
+
+
+def _source_frame() -> np.ndarray:
+    return np.random.default_rng(19).integers(0, 255, FRAME, np.uint8)
+
+
 def _producer(q, n, kind, ready, go):
+    if kind == "frame":
+        src = _source_frame()
+        ready.wait()
+        go.wait()
+        for i in range(n):
+            if isinstance(q, sy.Queue):
+                with q.put_array(FRAME, np.uint8) as frame:
+                    np.copyto(frame, src)
+                    frame[0, 0, 0] = i % 251
+            else:
+                frame = src.copy()  # what a camera hands over: a fresh array each time
+                frame[0, 0, 0] = i % 251
+                q.put(frame)
+        return
     items = [make_item(kind, i) for i in range(n)]  # built before the clock starts
     ready.wait()
     go.wait()
@@ -35,10 +63,30 @@ def _producer(q, n, kind, ready, go):
 def _consumer(q, n, kind, ready, done):
     ready.wait()
     for i in range(n):
+        if kind == "frame":
+            if isinstance(q, sy.Queue):
+                with q.get_array() as view:
+                    ok = view[0, 0, 0] == i % 251 and view.shape == FRAME
+                del view
+            else:
+                view = q.get()
+                ok = view[0, 0, 0] == i % 251 and view.shape == FRAME
+            if not ok:
+                raise SystemExit(f"frame {i} came wrong")
+            continue
         item = q.get()
         if (item if kind == "int" else item["id"]) != i:
             raise SystemExit(f"item {i} came as {item!r}")
     done.set()
+
+
+def memcpy_rate(n: int) -> float:
+    """Frames per second of one thread's np.copyto into four buffers in turn (the bandwidth floor)."""
+    src, dsts = _source_frame(), [np.empty(FRAME, np.uint8) for _ in range(4)]
+    start = time.perf_counter()
+    for i in range(n):
+        np.copyto(dsts[i % 4], src)
+    return n / (time.perf_counter() - start)
 
 
 def run_once(make_queue, n: int, kind: str) -> float:
@@ -61,7 +109,10 @@ def run_once(make_queue, n: int, kind: str) -> float:
     return n / elapsed
 
 
-def queues():
+def queues(kind: str):
+    if kind == "frame":
+        return [("sympathy.Queue", lambda: sy.Queue(frame_bytes=int(np.prod(FRAME)), frame_count=4)),
+                ("multiprocessing.Queue", lambda: CTX.Queue())]
     rows = [("sympathy.Queue", lambda: sy.Queue()),
             ("multiprocessing.Queue", lambda: CTX.Queue()),
             ("multiprocessing.SimpleQueue", lambda: CTX.SimpleQueue())]
@@ -78,17 +129,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--item", choices=["dict", "int"], default="dict")
+    parser.add_argument("--item", choices=["dict", "int", "frame"], default="dict")
     args = parser.parse_args()
-    results = {}
-    for name, make in queues():
-        rates = [run_once(make, args.items, args.item) for _ in range(args.repeat)]
-        results[name] = statistics.median(rates)
-    ours = results["sympathy.Queue"]
-    print(f"| queue ({args.item}, {args.items} items, median of {args.repeat}) | M items/s | sympathy.Queue is |")
-    print("|---|---:|---:|")
-    for name, rate in results.items():
-        print(f"| {name} | {rate / 1e6:.3f} | {ours / rate:.2f}x |")
+    rows = queues(args.item)
+    rates: dict[str, list[float]] = {name: [] for name, _ in rows}
+    if args.item == "frame":
+        rates["memcpy (np.copyto, one thread)"] = []
+    for round_ in range(args.repeat):
+        shift = round_ % len(rows)
+        for name, make in rows[shift:] + rows[:shift]:
+            rates[name].append(run_once(make, args.items, args.item))
+        if args.item == "frame":
+            rates["memcpy (np.copyto, one thread)"].append(memcpy_rate(args.items))
+    ours = rates["sympathy.Queue"]
+    unit = "frames/s" if args.item == "frame" else "M items/s"
+    scale = 1 if args.item == "frame" else 1e6
+    print(f"| queue ({args.item}, {args.items} items, {args.repeat} interleaved rounds) | {unit}, median "
+          f"| sympathy.Queue is (median of per-round ratios) | per round |")
+    print("|---|---:|---:|---|")
+    for name, values in rates.items():
+        ratios = [a / b for a, b in zip(ours, values)]
+        print(f"| {name} | {statistics.median(values) / scale:.3f} | {statistics.median(ratios):.2f}x "
+              f"| {', '.join(f'{r:.2f}' for r in ratios)} |")
 
 
 if __name__ == "__main__":

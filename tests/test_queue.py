@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sympathy as sy
 from sympathy.ring.queue import SCRATCH_BYTES
@@ -224,9 +224,8 @@ def test_ctrl_c_interrupts_a_blocked_get():
 @given(sizes=st.lists(st.integers(0, 1 << 20), min_size=1, max_size=6))
 def test_records_of_any_size_round_trip(sizes):
     """Records up to 1 MiB spanning many slots, wrapping the ring's end (a 4 MiB ring, sizes mixed)."""
-    # One thread puts a round before it gets any: the round must fit in the ring, or put waits for
-    # a get that never comes (a full ring blocks put; multiprocessing.Queue's feeder thread would not).
-    assume(sum(sizes) <= 3 << 20)
+    # One thread puts a round before it gets any: what the ring cannot hold is spilled, and the
+    # feeder puts it as the gets make room.
     q = sy.Queue(capacity_bytes=4 << 20)
     for round_ in range(3):  # three rounds move the records across the ring's end
         items = [bytes([(round_ + i) % 251]) * n + n.to_bytes(4, "little") for i, n in enumerate(sizes)]
@@ -260,20 +259,6 @@ def test_a_record_larger_than_the_ring_is_a_clear_error():
         q.put(np.zeros(1 << 17, np.uint8))
     q.put("still works")
     assert q.get(timeout=TIMEOUT) == "still works"
-
-
-def test_put_waits_for_ring_space_and_times_out_with_full():
-    q = sy.Queue(capacity_bytes=1 << 16)  # 512 slots of 120 bytes
-    item = b"z" * 6000  # 51 slots
-    n = 0
-    with pytest.raises(queue.Full):
-        while True:
-            q.put(item, timeout=0.05)
-            n += 1
-    assert 5 <= n <= 10 and q.qsize() == n
-    assert q.get(timeout=TIMEOUT) == item
-    q.put(item, timeout=TIMEOUT)  # room again
-    assert q.qsize() == n
 
 
 # ---- work sharing across processes -------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def header_cdef(header: Path) -> str:
 
 
 def subject_ffibuilder(subject: str, *, sources: list[str] | None = None, extra_sources: list[str] = (),
-                       libraries: list[str] = (), extra_cflags: list[str] = ()) -> FFI:
+                       libraries: list[str] = (), extra_cflags: list[str] = (), preamble: str = "") -> FFI:
     """An FFI builder for sympathy._<subject> made from c_src/<subject>.h and c_src/<subject>.c
     (or, for a subject split into several files, the c_src/ files named in `sources`)."""
     header = C_SRC / f"{subject}.h"
@@ -41,7 +41,7 @@ def subject_ffibuilder(subject: str, *, sources: list[str] | None = None, extra_
     sources = [C_SRC / s for s in (sources or [f"{subject}.c"]) + list(extra_sources)]
     ffibuilder.set_source(
         f"sympathy._{subject}",
-        f'#include "{subject}.h"\n',
+        f'#include "{subject}.h"\n' + preamble,
         sources=[_path(s) for s in sources],
         include_dirs=[_path(C_SRC)],
         extra_compile_args=CFLAGS + list(extra_cflags),

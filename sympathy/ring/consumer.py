@@ -33,6 +33,9 @@ class Consumer:
         # consumer that others still run after is detached by it rather than closed.
         self._handle = ffi.gc(out[0], lib.sy_ring_consumer_leave)
         self.index = int(lib.sy_ring_consumer_index(out[0]))
+        # Items published (claimed) before this consumer joined, which it will never see: 0 for a
+        # consumer declared at the ring's creation (RingBuffer(..., consumers=n)).
+        self.missed = int(lib.sy_ring_consumer_sequence(out[0])) + 1
         self.after = list(after)
         self._n = ffi.new("int64_t *")
         self._hi = ffi.new("int64_t *")
@@ -286,6 +289,7 @@ class EventPoller:
         self._consumer = consumer
         self.index = consumer.index
         self.after = consumer.after
+        self.missed = consumer.missed  # items published before it joined (Consumer.missed)
         ring = consumer._ring
         self._mask = ring.capacity - 1
         self._plain = ring._unpack is not None

@@ -11,16 +11,24 @@ ready items starting at `sequence`; it is valid only during the call (copy what 
 `end_of_batch` is True when nothing more was ready: the place to flush (LMAX's endOfBatch).
 Each handler runs on its own thread (its BatchEventProcessor); it sees every event once, in order,
 after all the handlers it was chained `.then()` behind have seen it.
+
+Pinning (the seeds' core pinning, per handler): `handle_events_with(h, cpu=2)` / `.then(h, cpu=3)`
+runs that handler's thread on CPU 2 only (sy.pin, set by the thread itself when it starts), so its
+cache stays warm and the scheduler never moves it; cpu=(2, 3) gives one CPU per handler of the call,
+None leaves a handler unpinned. A CPU outside this process's affinity mask is a ValueError when
+wiring, before any thread starts.
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import affinity
 from .._errors import ClosedError
 from .buffer import RingBuffer
 from .consumer import Consumer
@@ -38,8 +46,8 @@ class EventHandlerGroup:
         self._disruptor = disruptor
         self.consumers = consumers
 
-    def then(self, *handlers: Handler) -> "EventHandlerGroup":
-        return self._disruptor._add(handlers, after=self.consumers)
+    def then(self, *handlers: Handler, cpu: int | Sequence[int | None] | None = None) -> "EventHandlerGroup":
+        return self._disruptor._add(handlers, after=self.consumers, cpu=cpu)
 
     handle_events_with = then
 
@@ -47,15 +55,22 @@ class EventHandlerGroup:
 class _Processor:
     """One handler, one consumer, one thread: LMAX's BatchEventProcessor."""
 
-    def __init__(self, disruptor: "Disruptor", handler: Handler, consumer: Consumer):
+    def __init__(self, disruptor: "Disruptor", handler: Handler, consumer: Consumer, cpu: int | None):
         self.disruptor = disruptor
         self.handler = handler
         self.consumer = consumer
+        self.cpu = cpu
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         d, c = self.disruptor, self.consumer
+        if self.cpu is not None:
+            try:
+                affinity.pin(self.cpu)  # this thread only: sched_setaffinity(0) acts on the caller
+            except BaseException as exc:  # the mask changed since wiring: fail as a handler would
+                self._fail(exc)
+                return
         while not d._halted.is_set():
             try:
                 with c.view_batch(d.batch_size, timeout=_POLL_S) as events:
@@ -114,11 +129,13 @@ class Disruptor:
         self._started = False
         self._failure: BaseException | None = None  # a handler's fatal error: the Disruptor stopped
 
-    def handle_events_with(self, *handlers: Handler) -> EventHandlerGroup:
-        """Handlers that follow the producers directly (in parallel with each other)."""
-        return self._add(handlers, after=[])
+    def handle_events_with(self, *handlers: Handler,
+                           cpu: int | Sequence[int | None] | None = None) -> EventHandlerGroup:
+        """Handlers that follow the producers directly (in parallel with each other). cpu: pin each
+        handler's thread to this CPU, or one entry per handler (an int, or None for unpinned)."""
+        return self._add(handlers, after=[], cpu=cpu)
 
-    def _add(self, handlers, after: list[Consumer]) -> EventHandlerGroup:
+    def _add(self, handlers, after: list[Consumer], cpu=None) -> EventHandlerGroup:
         if self._started:
             raise RuntimeError("add handlers before start()")
         if not handlers:
@@ -126,8 +143,9 @@ class Disruptor:
         for h in handlers:
             if not callable(h):
                 raise TypeError(f"a handler must be callable as handler(events, sequence, end_of_batch); got {h!r}")
+        cpus = _cpus_for(handlers, cpu)
         consumers = [self.ring.consumer(after=after) for _ in handlers]
-        self._processors += [_Processor(self, h, c) for h, c in zip(handlers, consumers)]
+        self._processors += [_Processor(self, h, c, k) for h, c, k in zip(handlers, consumers, cpus)]
         return EventHandlerGroup(self, consumers)
 
     # ---- lifecycle ---------------------------------------------------------------------------------
@@ -205,3 +223,26 @@ class Disruptor:
     def __exit__(self, *exc) -> None:
         if not self.ring.closed:
             self.shutdown()
+
+
+def _cpus_for(handlers: tuple, cpu) -> list[int | None]:
+    """One CPU (or None) per handler, each checked against this process's affinity mask."""
+    if cpu is None or isinstance(cpu, (int, np.integer)) and not isinstance(cpu, bool):
+        cpus = [cpu] * len(handlers)
+    elif isinstance(cpu, (list, tuple)):
+        if len(cpu) != len(handlers):
+            raise ValueError(f"cpu has {len(cpu)} entries for {len(handlers)} handlers: give one CPU (or None) "
+                             f"per handler, or a single int for all of them")
+        cpus = list(cpu)
+    else:
+        raise TypeError(f"cpu must be an int, None, or a list/tuple of one per handler; got {type(cpu).__name__}")
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    for c in cpus:
+        if c is None:
+            continue
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)):
+            raise TypeError(f"a handler's cpu must be an int or None; got {c!r}")
+        if usable is not None and int(c) not in usable:
+            raise ValueError(f"cpu {c} is not in this process's affinity mask {usable}: a handler can be "
+                             f"pinned only to a CPU the process may run on (see taskset / sy.pin)")
+    return [None if c is None else int(c) for c in cpus]

@@ -1,4 +1,5 @@
-"""sympathy.Queue under load: 2 producer processes x 3 worker processes, 100 000 items of mixed sizes.
+"""sympathy.Queue under load: 2 producer processes x 3 worker processes, 100 000 items of mixed sizes;
+and 1 000 000 tiny ints through 2 producer processes x 2 worker processes (spilling when the ring fills).
 
 Every item carries (producer, seq) and a body whose bytes derive from both. Allowed: items of
 different producers interleave in any order, and spread over the workers in any proportion.
@@ -78,4 +79,45 @@ def test_two_producers_three_workers_exactly_once():
     seen = np.sort(np.concatenate([s for s, _ in outcomes]))
     expected = np.sort(np.concatenate([p * ITEMS + np.arange(ITEMS // PRODUCERS) for p in range(PRODUCERS)]))
     assert len(seen) == len(expected) and np.array_equal(seen, expected)  # none lost, none twice
+    assert q.lost == 0 and q.abandoned == 0 and q.qsize() == 0
+
+
+MILLION = 1_000_000
+
+
+def produce_ints(q, start: int, stop: int) -> None:
+    for i in range(start, stop):
+        q.put(i)
+
+
+def collect_ints(q, results) -> None:
+    got = []
+    while (item := q.get(timeout=TIMEOUT)) is not None:
+        got.append(item)
+    results.put(np.array(got, np.int64))
+
+
+def test_a_million_tiny_ints_reach_exactly_one_worker_each():
+    """Issue 19's 1 M items: 2 producer processes (odd and even halves) x 2 worker processes.
+    Forbidden: a loss, a duplicate, a producer's items out of order at a worker."""
+    q, results = sy.Queue(), CTX.Queue()
+    half = MILLION // 2
+    workers = [CTX.Process(target=collect_ints, args=(q, results)) for _ in range(2)]
+    producers = [CTX.Process(target=produce_ints, args=(q, p * half, (p + 1) * half)) for p in range(2)]
+    for proc in workers + producers:
+        proc.start()
+    for proc in producers:
+        proc.join(TIMEOUT)
+        assert proc.exitcode == 0
+    for _ in workers:
+        q.put(None)
+    got = [results.get(timeout=TIMEOUT) for _ in workers]
+    for proc in workers:
+        proc.join(TIMEOUT)
+        assert proc.exitcode == 0
+    for g in got:  # each producer's items in order at each worker
+        for p in range(2):
+            mine = g[(g >= p * half) & (g < (p + 1) * half)]
+            assert np.all(np.diff(mine) > 0)
+    assert np.array_equal(np.sort(np.concatenate(got)), np.arange(MILLION))
     assert q.lost == 0 and q.abandoned == 0 and q.qsize() == 0
