@@ -151,7 +151,9 @@ class Zmq(Transport):
 
         context = zmq.Context()  # one per process, made after the fork
         s = context.socket(kind)
-        s.setsockopt(zmq.LINGER, 0)
+        # A sender's close() waits for what is still queued (LINGER 0 dropped a run's last frames);
+        # a receiver's drops what nobody will read.
+        s.setsockopt(zmq.LINGER, int(TIMEOUT_S * 1000) if kind == zmq.PUSH else 0)
         s.setsockopt(zmq.RCVTIMEO if kind == zmq.PULL else zmq.SNDTIMEO,
                      self.POLL_MS if kind == zmq.PULL else int(TIMEOUT_S * 1000))
         (s.bind if os.getpid() == self.parent else s.connect)(self.address)
@@ -261,10 +263,11 @@ class Iceoryx2(Transport):
     kinds = ("objects", "frames")
     zero_copy = True
     BUFFER = 4  # samples in flight, as the other zero-copy transports' pools
-    # Samples went missing here (send() returned 0 receivers part-way through a run, the subscriber
-    # alive) when the subscriber was opened before the publisher (iceoryx2 issue #1697, safe
-    # overflow off) and more often under fork (a child of a parent that has used iceoryx2's runtime).
-    # Publisher first, children spawned: no loss in 16 runs of 200 frames and 2 000 objects.
+    # Samples went missing here three ways: a publisher that exits takes its data segment and the
+    # samples not yet received with it (the producer now waits for the consumer's "done"); send()
+    # returning 0 receivers part-way through a run, under fork (a child of a parent that has used
+    # iceoryx2's runtime); and a subscriber opened before the publisher (iceoryx2 issue #1697, safe
+    # overflow off). Publisher first, children spawned: no loss in 12 + 16 runs.
     start_method = "spawn"
     parent_first = False
 

@@ -59,7 +59,7 @@ def _child_main(target, *args) -> None:
     target(*args)
 
 
-def _object_producer(t, n: int, ready, go) -> None:
+def _object_producer(t, n: int, ready, go, done) -> None:
     items = [make_item(i) for i in range(n)]  # made before the clock starts
     ready.wait(tr.TIMEOUT_S)  # the parent's end is open (it binds, or creates the service) ...
     tx = t.sender()
@@ -69,10 +69,11 @@ def _object_producer(t, n: int, ready, go) -> None:
     put = tx.put
     for item in items:
         put(item)
+    done.wait(tr.TIMEOUT_S)  # the sender's end must outlive its items (iceoryx2's live in its segment)
     tx.close()
 
 
-def _frame_producer(t, n: int, src: np.ndarray, ready, go) -> None:
+def _frame_producer(t, n: int, src: np.ndarray, ready, go, done) -> None:
     ready.wait(tr.TIMEOUT_S)
     tx = t.sender()
     ready.wait(tr.TIMEOUT_S)
@@ -80,6 +81,7 @@ def _frame_producer(t, n: int, src: np.ndarray, ready, go) -> None:
     tx.started()
     for i in range(n):
         tx.put_frame(src, i)
+    done.wait(tr.TIMEOUT_S)
     tx.close()
 
 
@@ -134,8 +136,8 @@ def objects_rate(transport: type, n: int) -> float:
     """items/s from the producer's first put to the consumer's last get; every item's id is checked."""
     t, ctx = transport(), mp.get_context(transport.start_method)
     t.prepare("objects", 0, 1)
-    ready, go = ctx.Barrier(2), ctx.Event()
-    child = _fork(_object_producer, t, n, ready, go, ctx=ctx)
+    ready, go, done = ctx.Barrier(2), ctx.Event(), ctx.Event()
+    child = _fork(_object_producer, t, n, ready, go, done, ctx=ctx)
     child.start()
     try:
         rx = _open_parent_end(t, t.receiver, ready)
@@ -146,6 +148,7 @@ def objects_rate(transport: type, n: int) -> float:
             if get()["id"] != i:
                 raise RuntimeError(f"{t.label}: item {i} out of order or lost")
         seconds = time.perf_counter() - t0
+        done.set()
     except BaseException:
         child.kill()
         t.close()
@@ -158,8 +161,8 @@ def frames_rate(transport: type, n: int, src: np.ndarray) -> float:
     """frames/s: each frame made (src copied in, stamped), handed over and its stamp checked."""
     t, ctx = transport(), mp.get_context(transport.start_method)
     t.prepare("frames", src.nbytes, 1)
-    ready, go = ctx.Barrier(2), ctx.Event()
-    child = _fork(_frame_producer, t, n, src, ready, go, ctx=ctx)
+    ready, go, done = ctx.Barrier(2), ctx.Event(), ctx.Event()
+    child = _fork(_frame_producer, t, n, src, ready, go, done, ctx=ctx)
     child.start()
     try:
         rx = _open_parent_end(t, t.receiver, ready)
@@ -169,6 +172,7 @@ def frames_rate(transport: type, n: int, src: np.ndarray) -> float:
             if rx.get_frame() != i:
                 raise RuntimeError(f"{t.label}: frame {i} out of order or lost")
         seconds = time.perf_counter() - t0
+        done.set()
     except BaseException:
         child.kill()
         t.close()
