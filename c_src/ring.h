@@ -148,7 +148,12 @@ int sy_ring_write_one(sy_ring_producer *producer, const void *item, int64_t time
 int sy_ring_write_i64(sy_ring_producer *producer, int64_t value, int64_t timeout_ns);
 
 /* ---- consumers ---- */
-/* after: indices of the consumers this one runs after (NULL/0 for none: it follows the producers). */
+/* Declares n consumers to come (the creator, before publishing): n records gate the producers from
+ * sequence -1 until consumers attach to them, so nothing is published past them unseen. */
+int sy_ring_declare_consumers(sy_ring *ring, int n);
+/* after: indices of the consumers this one runs after (NULL/0 for none: it follows the producers).
+ * With none, a record declared at creation is taken first (it starts at -1); otherwise the consumer
+ * starts after what is published (claimed) now: its sequence + 1 items are what it missed. */
 int sy_ring_consumer_open(sy_ring *ring, const int *after, int n_after, sy_ring_consumer **out);
 int sy_ring_consumer_close(sy_ring_consumer *consumer);  /* SY_EINVAL while others run after it */
 /* Leave a consumer that others run after: it stays registered, frozen at its last release, so
@@ -220,12 +225,17 @@ int sy_bench_false_sharing(int padding, int64_t items, const int *cpus, int n_cp
 int sy_bench_mutex_pingpong(int64_t rounds, const int *cpus, int n_cpus, int64_t *rtt_ns);
 int sy_bench_oneway(int use_ring, int wait, int64_t items, int64_t interval_ns, const int *cpus, int n_cpus,
                     int64_t *latency_ns);
-/* ---- work sharing and records: sympathy.Queue (c_src/ring_work.c) ----
+/* ---- work sharing and records: sympathy.Queue (c_src/ring_work_pool.c, ring_work_records.c) ----
  * A ring made with producer_kind multi and slot_size >= 16, then sy_queue_init by its creator, is a
  * work queue: each record put goes to exactly one worker (order kept per producer). Records are
  * byte strings up to sy_queue_max_record bytes, spanning consecutive slots. */
 enum sy_queue_status {
-    SY_QUEUE_HELD = 1,  /* sy_queue_get: the record did not fit (or has a tag): it is held, copy it out */
+    SY_QUEUE_HELD = 1,     /* sy_queue_get: the record did not fit (or has a tag): it is held, copy it out */
+    SY_QUEUE_SPILLED = 2,  /* sy_queue_put: no ring space now; the count is kept for the caller's spill */
+};
+enum sy_queue_put_mode {
+    SY_QUEUE_TRY = 0,       /* take a count (never waits: SY_ETIMEDOUT at maxsize), then space */
+    SY_QUEUE_RESERVED = 1,  /* the count was taken before: sy_queue_reserve, or a SPILLED put */
 };
 typedef struct sy_queue_producer sy_queue_producer;
 typedef struct sy_queue_worker sy_queue_worker;
@@ -242,11 +252,20 @@ int sy_queue_check(const sy_ring *ring, int64_t *maxsize, int *joinable);  /* SY
 int64_t sy_queue_max_record(const sy_ring *ring);
 int sy_queue_producer_open(sy_ring *ring, sy_queue_producer **out);
 void sy_queue_producer_close(sy_queue_producer *producer);
-/* One record gathered from n pieces; tag is stored with it. Waits for a count below maxsize, then for
- * space; timeout_ns < 0 forever, 0 one try (SY_ETIMEDOUT). */
+/* One record gathered from n pieces; tag is stored with it. Never waits (multiprocessing.Queue's put
+ * never waits for the pipe: its feeder thread does): SY_OK published; SY_QUEUE_SPILLED no space now,
+ * the count held for the record the caller keeps (its feeder puts it later with SY_QUEUE_RESERVED,
+ * after sy_queue_wait_space); SY_ETIMEDOUT (SY_QUEUE_TRY only) maxsize reached, nothing held. The
+ * counts a producer holds are given back, and counted abandoned, if its process dies. */
 int sy_queue_put(sy_queue_producer *producer, const void *const *pieces, const int64_t *sizes, int n, int64_t tag,
-                 int64_t timeout_ns);
-int sy_queue_put1(sy_queue_producer *producer, const void *data, int64_t size, int64_t tag, int64_t timeout_ns);
+                 int mode);
+int sy_queue_put1(sy_queue_producer *producer, const void *data, int64_t size, int64_t tag, int mode);
+/* Waits for one count below maxsize and holds it (for a put with SY_QUEUE_RESERVED); timeout_ns < 0
+ * forever, 0 one look. Safe beside another thread's put through the same producer. */
+int sy_queue_reserve(sy_queue_producer *producer, int64_t timeout_ns);
+void sy_queue_unreserve(sy_queue_producer *producer, int64_t n);  /* gives back n counts held */
+/* Waits until a record of `bytes` would fit at the cursor (no claim); safe beside a put. */
+int sy_queue_wait_space(sy_queue_producer *producer, int64_t bytes, int64_t timeout_ns);
 int sy_queue_worker_open(sy_ring *ring, sy_queue_worker **out);
 void sy_queue_worker_close(sy_queue_worker *worker);  /* a record still held is counted lost */
 /* Takes the next record: copied into dst when it fits in capacity bytes and its tag is 0 (SY_OK);
@@ -258,6 +277,23 @@ int sy_queue_copy_held(sy_queue_worker *worker, void *dst);
 int sy_queue_counts(sy_ring *ring, int reap, sy_queue_tally *out);
 int sy_queue_task_done(sy_ring *ring);               /* SY_EINVAL: called more times than items put */
 int sy_queue_join(sy_ring *ring, int64_t timeout_ns); /* until every item put is task_done */
+void sy_queue_note_abandoned(sy_ring *ring);          /* a frame record found stale: counted abandoned */
+
+/* ---- zero-copy frames (c_src/ring_work_frames.c): a ring whose slots are frame buffers ----
+ * Made with sy_ring_create(capacity = buffers, slot_size = sy_frames_slot_size(frame_bytes)); a
+ * buffer's data is sy_frames_data(i), 64-byte aligned, frame_bytes long. */
+enum sy_frames_layout { SY_FRAME_DATA_OFFSET = 64 };  /* bytes from a slot's header to its data */
+int64_t sy_frames_slot_size(int64_t frame_bytes);     /* -1: out of range */
+int64_t sy_frames_capacity(const sy_ring *frames);
+int64_t sy_frames_bytes(const sy_ring *frames);
+void *sy_frames_data(const sy_ring *frames, int64_t index);
+/* A free buffer for this process (it is pinned to it until sy_frames_unpin); *hint: round robin. */
+int sy_frames_acquire(sy_ring *frames, int64_t timeout_ns, int64_t *hint, int64_t *index, int64_t *gen);
+void sy_frames_queued(sy_ring *frames, int64_t index, int64_t gen);  /* its record is in the queue */
+int sy_frames_take(sy_ring *frames, int64_t index, int64_t gen);     /* SY_EINVAL: a stale record */
+int sy_frames_release(sy_ring *frames, int64_t index, int64_t gen);  /* held or staged by us -> free */
+void sy_frames_unpin(sy_ring *frames, int64_t index);
+int sy_frames_state(const sy_ring *frames, int64_t index, int64_t *out);  /* kind, gen, pid, pin */
 /* CDEF END */
 
 #endif /* SYMPATHY_RING_H */

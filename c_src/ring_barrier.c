@@ -67,6 +67,50 @@ uint64_t leaves_of(const struct sy_ring_header *h, uint64_t active) {
     return active & ~upstream;
 }
 
+static int consumer_handle(sy_ring *r, sy_ring_consumer *c, int record, uint64_t after_mask, int64_t start,
+                           sy_ring_consumer **out) {
+    ring_retain(r);
+    c->ring = r;
+    c->record = record;
+    c->sequence = consumer_sequence(r, record);
+    c->next = start + 1;
+    c->available_cache = start;
+    c->lost = 0;
+    c->next_liveness_ns = 0;
+    c->n_after = 0;
+    for (uint64_t a = after_mask; a; a &= a - 1) c->after[c->n_after++] = __builtin_ctzll(a);
+    *out = c;
+    return SY_OK;
+}
+
+/* Records for n consumers that will attach later, gating the producers from sequence -1 until they
+ * do (pid 0: no process to reap yet). For the creator, before anything is published. */
+int sy_ring_declare_consumers(sy_ring *r, int n) {
+    struct sy_ring_header *h = r->header;
+    if (n < 0 || n > SY_RING_MAX_CONSUMERS) return SY_EINVAL;
+    int status = registry_lock(r);
+    if (status != SY_OK) return status;
+    uint64_t active = atomic_load_explicit(&h->registry.active_consumers, memory_order_relaxed);
+    uint64_t declared = atomic_load_explicit(&h->registry.declared_consumers, memory_order_relaxed);
+    if (__builtin_popcountll(~active) < n) status = SY_EINVAL;
+    for (int k = 0; k < n && status == SY_OK; k++) {
+        int record = __builtin_ctzll(~active);
+        atomic_store_explicit(consumer_sequence(r, record), NO_SEQUENCE, memory_order_relaxed);
+        atomic_store_explicit(&h->consumers[record].after_mask, 0, memory_order_relaxed);
+        atomic_store_explicit(&h->consumers[record].pid, 0, memory_order_relaxed);
+        active |= 1ull << record;
+        declared |= 1ull << record;
+    }
+    if (status == SY_OK) {
+        atomic_store_explicit(&h->registry.declared_consumers, declared, memory_order_relaxed);
+        atomic_store_explicit(&h->registry.active_consumers, active, memory_order_release);
+        /* release: a producer that sees the new gating set sees the declared records' -1 */
+        atomic_store_explicit(&h->registry.gating_consumers, leaves_of(h, active), memory_order_release);
+    }
+    registry_unlock(r);
+    return status;
+}
+
 int sy_ring_consumer_open(sy_ring *r, const int *after, int n_after, sy_ring_consumer **out) {
     struct sy_ring_header *h = r->header;
     if (n_after < 0 || n_after > SY_RING_MAX_CONSUMERS || (n_after > 0 && !after)) return SY_EINVAL;
@@ -83,15 +127,29 @@ int sy_ring_consumer_open(sy_ring *r, const int *after, int n_after, sy_ring_con
         if (after[i] < 0 || after[i] >= SY_RING_MAX_CONSUMERS || !(active >> after[i] & 1)) status = SY_EINVAL;
         else after_mask |= 1ull << after[i];
     }
-    int record = active == UINT64_MAX ? -1 : __builtin_ctzll(~active);
+    /* A plain consumer takes a record declared at creation first: it starts at -1, behind
+     * nothing that was published (no late-consumer loss); any other takes a free record. */
+    uint64_t declared = atomic_load_explicit(&h->registry.declared_consumers, memory_order_relaxed) & active;
+    int record = n_after == 0 && declared ? __builtin_ctzll(declared)
+                                          : active == UINT64_MAX ? -1 : __builtin_ctzll(~active);
     if (record < 0) status = SY_EINVAL;
     if (status != SY_OK) {
         registry_unlock(r);
         free(c);
         return status;
     }
-    /* Start where the upstream stands: a late joiner sees what is published after it joins, and it
-     * never gates the producers more loosely than what it replaces (its start <= theirs). */
+    if (active >> record & 1) {  /* a declared record: gating since creation, from its sequence */
+        atomic_store_explicit(&h->registry.declared_consumers, declared & ~(1ull << record), memory_order_relaxed);
+        sy_consumer_record *rec = &h->consumers[record];
+        atomic_store_explicit(&rec->heartbeat_ns, (int64_t)sy_now_ns(), memory_order_relaxed);
+        atomic_store_explicit(&rec->pid, (int64_t)getpid(), memory_order_release);
+        registry_unlock(r);
+        return consumer_handle(r, c, record, 0, atomic_load_explicit(consumer_sequence(r, record),
+                                                                     memory_order_acquire), out);
+    }
+    /* Start where the upstream stands: a late joiner sees what is published after it joins (the
+     * Python layer tells it how many it missed), and it never gates the producers more loosely
+     * than what it replaces (its start <= theirs). */
     int64_t start = atomic_load_explicit(r->cursor, memory_order_acquire);
     for (uint64_t a = after_mask; a; a &= a - 1) {
         int64_t s = atomic_load_explicit(consumer_sequence(r, __builtin_ctzll(a)), memory_order_acquire);
@@ -107,19 +165,7 @@ int sy_ring_consumer_open(sy_ring *r, const int *after, int n_after, sy_ring_con
     /* release: a producer that sees the new gating set sees our start sequence */
     atomic_store_explicit(&h->registry.gating_consumers, leaves_of(h, active), memory_order_release);
     registry_unlock(r);
-
-    ring_retain(r);
-    c->ring = r;
-    c->record = record;
-    c->sequence = consumer_sequence(r, record);
-    c->next = start + 1;
-    c->available_cache = start;
-    c->lost = 0;
-    c->next_liveness_ns = 0;
-    c->n_after = 0;
-    for (uint64_t a = after_mask; a; a &= a - 1) c->after[c->n_after++] = __builtin_ctzll(a);
-    *out = c;
-    return SY_OK;
+    return consumer_handle(r, c, record, after_mask, start, out);
 }
 
 int sy_ring_consumer_close(sy_ring_consumer *c) {

@@ -99,6 +99,10 @@ typedef struct sy_ring_registry {
     _Atomic int32_t lock_pid;           /* registration lock: owner pid, 0 when free */
     _Atomic int32_t closed;             /* end of stream */
     _Atomic int32_t producers;          /* live producer handles, for the single-producer check */
+    /* bit i: record i was declared at creation (sy_ring_declare_consumers) and no consumer has
+     * attached to it yet: it gates the producers from sequence -1, so nothing is published past it
+     * unseen; the first consumers to open without `after` take these records. */
+    _Atomic uint64_t declared_consumers;
 } sy_ring_registry;
 
 /* The hot sequences: the cursor (written by producers), the shared gating cache (multi producer)

@@ -8,7 +8,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import build_in_place, subject_ffibuilder  # noqa: E402
 
 RING_SOURCES = ["ring_segment.c", "ring_liveness.c", "ring_wait.c", "ring_sequencer.c", "ring_barrier.c",
-                "ring_work.c"]
+                "ring_work_pool.c", "ring_work_records.c",
+                "ring_work_frames.c"]
 
 ffibuilder = subject_ffibuilder("ring", sources=RING_SOURCES, extra_sources=["ring_bench.c"], libraries=["rt"])
 

@@ -30,11 +30,18 @@ class RingBuffer:
     "busy_spin" (lowest latency, burns a core: only with a core per thread), "yield", "sleep"
     (backoff) or "blocking" (futex; the default, right whenever threads outnumber cores).
     name: create a named POSIX shared-memory segment (mode 0600) that other processes attach to.
+    consumers: consumers to come (in this process or others): the producers wait for them from the
+    first item, so a consumer made after publishing began still sees everything (see `consumer`).
     """
 
     def __init__(self, capacity: int, dtype=None, *, item_size: int | None = None,
-                 producer: str = "single", wait: str = "blocking", name: str | None = None):
+                 producer: str = "single", wait: str = "blocking", name: str | None = None,
+                 consumers: int = 0):
         dtype, size = _item_layout(dtype, item_size)
+        if isinstance(consumers, bool) or not isinstance(consumers, (int, np.integer)):
+            raise TypeError(f"consumers must be an int; got {type(consumers).__name__}")
+        if not 0 <= consumers <= MAX_CONSUMERS:
+            raise ValueError(f"consumers must be in [0, {MAX_CONSUMERS}]; got {consumers}")
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
             raise TypeError(f"capacity must be an int; got {type(capacity).__name__}")
         capacity = int(capacity)
@@ -55,6 +62,8 @@ class RingBuffer:
         self._setup(out[0], dtype, name, owner=True)
         if name is not None:
             self._inode = segment.remember_created(name, self._nonce)
+        if consumers:  # before anything can be published: they gate from the first item
+            _describe(lib.sy_ring_declare_consumers(self._handle, int(consumers)), "declaring consumers")
 
     @classmethod
     def attach(cls, name: str, dtype=None, *, item_size: int | None = None) -> "RingBuffer":
@@ -271,8 +280,11 @@ class RingBuffer:
 
         after: consumers (or their `index`, for consumers of another process) this one runs behind:
         a pipeline is `c2 = rb.consumer(after=[c1])`, a diamond `c3 = rb.consumer(after=[c1, c2])`.
-        Only consumers nothing runs after hold the producers back. Create consumers before
-        publishing: with no consumer the producers never wait and items are overwritten unseen.
+        Only consumers nothing runs after hold the producers back. A consumer made after publishing
+        began starts at the items published from then on, and its `missed` says how many came
+        before it; to miss nothing, declare the consumers when creating the ring
+        (`RingBuffer(..., consumers=n)`): the first n consumers without `after` (in any process)
+        then start at the first item, and the producers wait for them until they come.
         """
         self._check_open()
         indices = []

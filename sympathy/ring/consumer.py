@@ -33,6 +33,9 @@ class Consumer:
         # consumer that others still run after is detached by it rather than closed.
         self._handle = ffi.gc(out[0], lib.sy_ring_consumer_leave)
         self.index = int(lib.sy_ring_consumer_index(out[0]))
+        # Items published (claimed) before this consumer joined, which it will never see: 0 for a
+        # consumer declared at the ring's creation (RingBuffer(..., consumers=n)).
+        self.missed = int(lib.sy_ring_consumer_sequence(out[0])) + 1
         self.after = list(after)
         self._n = ffi.new("int64_t *")
         self._hi = ffi.new("int64_t *")

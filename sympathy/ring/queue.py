@@ -7,11 +7,15 @@
 Semantics are multiprocessing.Queue's, call by call (tests/test_queue.py compares the two): `put`
 and `get` with `block` and `timeout` (a negative timeout tries once, as there), `queue.Full` and
 `queue.Empty`, `ValueError` once this handle is closed, `join_thread` asserting a prior `close`.
-Differences, all on the safe side: there is no feeder thread, so `put` has copied the item into
-shared memory when it returns (nothing is lost if the process exits right after, and
-`cancel_join_thread` has nothing to cancel); the handle may be pickled anywhere, not only to a
-child process. Capacity: `maxsize` counts items, as there; independently the ring holds at most
-`capacity_bytes` of records (default 16 MiB), and one item may take at most that much pickled.
+`put` waits only for `maxsize`, as there: a record the ring has no room for now is spilled (kept in
+this process, its count held) and a feeder thread puts it when room comes, with the same
+`close`/`join_thread`/`cancel_join_thread` rules (a process exits only once its spilled records are
+in the ring, unless it cancelled that). Otherwise `put` has copied the item into shared memory when
+it returns (no feeder delay: `get_nowait` right after `put` finds it). Differences, on the safe
+side: the object is pickled in `put` (an unpicklable one raises there; a later change to it is not
+sent); the handle may be pickled anywhere, not only to a child process. Capacity: `maxsize` counts
+items, as there; independently the ring holds `capacity_bytes` of records (default 16 MiB), and
+one item may take at most that much pickled.
 
 Items are pickled with protocol 5; NumPy arrays (whatever pickles through PickleBuffer) travel as
 out-of-band buffers, copied once into the ring and once out of it. Several producer processes and
@@ -22,18 +26,24 @@ counted in `abandoned`. See docs/ring.md, "The queue".
 """
 from __future__ import annotations
 
+import collections
 import errno
+import multiprocessing.util as _mp_util
 import os
 import pickle
 import queue
 import secrets
 import struct
+import sys
 import threading
 import weakref
+
+import numpy as np
 
 from .._errors import SY_EINVAL, SY_ETIMEDOUT, check
 from .._ring import ffi, lib
 from . import segment
+from .queue_frames import DEFAULT_FRAME_COUNT, FrameStore, FrameView, FrameWriter, check_frame_args, take_frame
 
 __all__ = ["Queue", "JoinableQueue"]
 
@@ -42,10 +52,11 @@ DEFAULT_CAPACITY_BYTES = 1 << 24
 SCRATCH_BYTES = 1 << 16   # records up to this land in a kept buffer: no allocation per get
 WAIT_SLICE_S = 0.05       # C waits in slices so that Ctrl-C (signal handlers) runs between them
 _SLICE_NS = int(WAIT_SLICE_S * 1e9)
-_TAG_PICKLE, _TAG_BUFFERS = 0, 1
+_TAG_PICKLE, _TAG_BUFFERS, _TAG_FRAME = 0, 1, 2  # how a record's bytes are framed
 _ITEM_TYPE = b"sympathy.Queue"
 
 _put1, _get = lib.sy_queue_put1, lib.sy_queue_get
+_TRY, _SPILLED = lib.SY_QUEUE_TRY, lib.SY_QUEUE_SPILLED
 _dumps, _loads = pickle.dumps, pickle.loads
 _handles: weakref.WeakSet = weakref.WeakSet()  # every Queue of this process, for fork
 
@@ -96,7 +107,8 @@ class Queue:
 
     _joinable = False
 
-    def __init__(self, maxsize: int = 0, *, ctx=None, capacity_bytes: int = DEFAULT_CAPACITY_BYTES):
+    def __init__(self, maxsize: int = 0, *, ctx=None, capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
+                 frame_bytes: int = 0, frame_count: int = DEFAULT_FRAME_COUNT):
         if isinstance(maxsize, bool) or not hasattr(maxsize, "__index__"):
             raise TypeError(f"'{type(maxsize).__name__}' object cannot be interpreted as an integer")
         maxsize = max(0, maxsize.__index__())
@@ -104,6 +116,7 @@ class Queue:
             raise TypeError(f"capacity_bytes must be an int; got {type(capacity_bytes).__name__}")
         if not 1024 <= capacity_bytes <= 1 << 40:
             raise ValueError(f"capacity_bytes must be in [1024, 2**40]; got {capacity_bytes}")
+        check_frame_args(frame_bytes, frame_count)
         slots = 1 << max(3, (-(-capacity_bytes // (SLOT_BYTES + 8)) - 1).bit_length())
         name = f"sympathy-queue-{os.getpid()}-{secrets.token_hex(6)}"
         config = ffi.new("sy_ring_config *", {"capacity": slots, "slot_size": SLOT_BYTES,
@@ -116,15 +129,19 @@ class Queue:
         handle = ffi.gc(out[0], lib.sy_ring_free)
         check(lib.sy_queue_init(handle, maxsize, int(self._joinable)), "initialising the queue")
         nonce = int(lib.sy_ring_nonce(handle))
-        inode = segment.remember_created(name, nonce)
+        created = [(name, nonce, segment.remember_created(name, nonce))]
+        frames = None
+        if frame_bytes:
+            frames, made = FrameStore.create(name, frame_bytes, frame_count)
+            created.append(made)
         # The creator removes the name when the interpreter exits, or when this object goes if it
         # was never pickled: a pickled handle may still be on its way to a process that attaches
         # by name (Process.start() drops its reference to args before a spawned child unpickles).
         # Processes that attached keep their mapping either way (as with any POSIX shared memory).
         self._pickled = [False]
-        self._finalizer = weakref.finalize(self, _unlink_if_creator, name, nonce, inode, os.getpid(),
-                                           self._pickled)
+        self._finalizer = weakref.finalize(self, _unlink_if_creator, created, os.getpid(), self._pickled)
         self._setup(handle, name, maxsize)
+        self._frames = frames
 
     @classmethod
     def _attach(cls, name: str) -> "Queue":
@@ -152,11 +169,15 @@ class Queue:
         self._closed = False
         self._producer = self._worker = None
         self._put_lock, self._get_lock = threading.Lock(), threading.Lock()
+        self._spill: collections.deque = collections.deque()  # records waiting for ring space (put lock)
+        self._feeder = self._join_feeder = None
+        self._join_cancelled = False
         self._scratch = bytearray(SCRATCH_BYTES)
         self._scratch_view = memoryview(self._scratch)
         self._scratch_ptr = ffi.from_buffer(self._scratch)
         self._out, self._tag = ffi.new("int64_t *"), ffi.new("int64_t *")  # bytes, tag
         self._tally = ffi.new("sy_queue_tally *")
+        self._frames = None  # the frame buffers' handle, attached on first use
         _handles.add(self)
 
     def __reduce__(self):
@@ -165,51 +186,101 @@ class Queue:
 
     # ---- put -----------------------------------------------------------------------------------
     def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
-        """Put obj into the queue; queue.Full if no room comes in time (maxsize items, or ring bytes)."""
+        """Put obj into the queue. Waits (or raises queue.Full) only for `maxsize`, as
+        multiprocessing.Queue: when the ring has no room for the record now, the record is kept in
+        this process and a feeder thread puts it as soon as there is (see `join_thread`)."""
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        if timeout is not None:
+            _timeout_ns(block, timeout)  # a bad timeout is an error even when no wait is needed
         buffers: list = []
         data = _dumps(obj, 5, buffer_callback=buffers.append)
         if buffers:
-            return self._put_pieces(data, [b.raw() for b in buffers], t)
+            self._put_built(self._record_with_buffers(data, [b.raw() for b in buffers]), block, timeout)
+            return
         n = len(data)
         if n > self._max_record:
             self._too_big(n)
         lock = self._put_lock
-        if t < 0:
-            lock.acquire()
-        elif not lock.acquire(True, t / 1e9):
-            raise queue.Full
-        try:
-            producer = self._producer or self._open_producer()
-            status = _put1(producer, data, n, _TAG_PICKLE, t if 0 <= t <= _SLICE_NS else _SLICE_NS)
-            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(self, _put1, (producer, data, n, _TAG_PICKLE), (), t - _SLICE_NS if t > 0 else t)
-        finally:
+        lock.acquire()  # the fast path, inline: one C call between the lock's two
+        if self._spill or self._producer is None:
             lock.release()
+            self._put_built(data, block, timeout)
+            return
+        status = _put1(self._producer, data, n, _TAG_PICKLE, _TRY)
+        if status == _SPILLED:
+            try:
+                self._keep(data)
+            finally:
+                lock.release()
+            return
+        lock.release()
+        if status:
+            self._put_built(data, block, timeout, status)
+
+    def _put_built(self, record, block: bool, timeout, status=None) -> bool:
+        """True when the record went straight into the ring, False when it was spilled. status:
+        what a first try (SY_QUEUE_TRY) already gave."""
+        if status is None:
+            with self._put_lock:
+                if not self._spill:
+                    producer = self._producer or self._open_producer()
+                    status = _put_record(producer, record, _TRY)
+                    if status == lib.SY_QUEUE_SPILLED:
+                        self._keep(record)
+                        return False
+        if status == 0:
+            return True
+        if status is not None and status != SY_ETIMEDOUT:
+            check(status, "putting an item")
+        # maxsize reached, or records spilled before this one: a count first, without the lock (the
+        # feeder needs it to put the spilled records, whose counts are already held)
+        self._reserve(block, timeout)
+        with self._put_lock:
+            if not self._spill:
+                status = _put_record(self._producer or self._open_producer(), record, lib.SY_QUEUE_RESERVED)
+                if status == 0:
+                    return True
+                if status != lib.SY_QUEUE_SPILLED:
+                    check(status, "putting an item")
+            self._keep(record)
+            return False
+
+    def _reserve(self, block: bool, timeout) -> None:
+        """One count below maxsize, held for this put (queue.Full if none comes in time)."""
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        producer = self._producer or self._open_producer()
+        status = _in_slices(self, lib.sy_queue_reserve, (producer,), (), t)
         if status:
             _raise(status, queue.Full, "putting an item")
 
-    def _put_pieces(self, data: bytes, raws: list, t: int) -> None:
-        """A record of the pickle and its out-of-band buffers, each copied once into the ring."""
+    def _record_with_buffers(self, data: bytes, raws: list):
+        """A record of the pickle and its out-of-band buffers (each copied once into the ring)."""
         head = struct.pack(f"<{len(raws) + 2}q", len(raws), len(data), *(r.nbytes for r in raws))
         parts = [head, data, *raws]
-        sizes = [len(head), len(data), *(r.nbytes for r in raws)]
-        if sum(sizes) > self._max_record:
-            self._too_big(sum(sizes))
-        keep = [ffi.from_buffer(p) for p in parts]  # alive until the C call returns
-        pieces = ffi.new("void *[]", keep)
-        c_sizes = ffi.new("int64_t[]", sizes)
-        if not self._put_lock.acquire(True, -1 if t < 0 else t / 1e9):
-            raise queue.Full
-        try:
-            producer = self._producer or self._open_producer()
-            status = _in_slices(self, lib.sy_queue_put, (producer, pieces, c_sizes, len(parts), _TAG_BUFFERS), (), t)
-        finally:
-            self._put_lock.release()
-        if status:
-            _raise(status, queue.Full, "putting an item")
+        total = len(head) + len(data) + sum(r.nbytes for r in raws)
+        if total > self._max_record:
+            self._too_big(total)
+        return _Pieces(parts, total, _TAG_BUFFERS)
+
+    def _keep(self, record) -> None:
+        """Spill: the record (its count held) waits in this process for the feeder thread. Called
+        with the put lock held, so a later put of this process never overtakes it."""
+        if isinstance(record, _Pieces):
+            record = record.owned()  # the caller may change its arrays once put() returns
+        self._spill.append(record)
+        if self._feeder is None:
+            self._start_feeder()
+
+    def _start_feeder(self) -> None:
+        thread = threading.Thread(target=_feed, args=(self,), name="sympathy.Queue feeder", daemon=True)
+        self._feeder = thread
+        thread.start()
+        # multiprocessing.Queue's rules: at exit this process waits for the feeder to put what was
+        # spilled, unless cancel_join_thread() was called (then what is still spilled is dropped,
+        # and counted in `abandoned` once this process is gone).
+        if not self._join_cancelled:
+            self._join_feeder = _mp_util.Finalize(thread, _join_thread, [weakref.ref(thread)], exitpriority=-5)
 
     def _too_big(self, n: int):
         raise ValueError(f"the item pickles to {n} bytes; this queue's ring holds records of at most "
@@ -223,21 +294,29 @@ class Queue:
         """Remove and return an item; queue.Empty if none comes in time."""
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
         lock = self._get_lock
-        if t < 0:
+        if block and timeout is None:
+            t = -1
             lock.acquire()
-        elif not lock.acquire(True, t / 1e9):
-            raise queue.Empty
+        else:
+            t = _timeout_ns(block, timeout)
+            if t < 0:
+                lock.acquire()
+            elif not lock.acquire(True, t / 1e9):
+                raise queue.Empty
         try:
             worker = self._worker or self._open_worker()
-            out, tag, scratch = self._out, self._tag, self._scratch_ptr
-            status = _get(worker, scratch, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS, out, tag)
-            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
-                status = _in_slices(self, _get, (worker, scratch, SCRATCH_BYTES), (out, tag),
-                                    t - _SLICE_NS if t > 0 else t)
+            out, tag = self._out, self._tag
+            status = _get(worker, self._scratch_ptr, SCRATCH_BYTES, t if 0 <= t <= _SLICE_NS else _SLICE_NS, out, tag)
             if status == 0:
-                return _loads(self._scratch_view[:out[0]])  # before the lock goes: the scratch is reused
+                # pickle stops at its STOP opcode: the whole scratch buffer, no slice (under the lock:
+                # the scratch is reused by the next get)
+                return _loads(self._scratch)
+            if status == SY_ETIMEDOUT and not 0 <= t <= _SLICE_NS:
+                status = _in_slices(self, _get, (worker, self._scratch_ptr, SCRATCH_BYTES), (out, tag),
+                                    t - _SLICE_NS if t > 0 else t)
+                if status == 0:
+                    return _loads(self._scratch)
             if status != lib.SY_QUEUE_HELD:
                 _raise(status, queue.Empty, "getting an item")
             record = bytearray(out[0])  # its own buffer: out-of-band arrays are views of it
@@ -247,10 +326,90 @@ class Queue:
             lock.release()
         if kind == _TAG_PICKLE:
             return _loads(record)
+        if kind == _TAG_FRAME:
+            view = self._take_frame(record)
+            if view is None:  # its producer died and its buffer was reclaimed: skipped, counted
+                return self.get(block, timeout)
+            return np.array(view)  # a private copy; the buffer goes back as `view` goes
         return _load_with_buffers(record)
 
     def get_nowait(self):
         return self.get(False)
+
+    # ---- zero-copy frames (sympathy/ring/queue_frames.py) ---------------------------------------------
+    def put_array(self, shape, dtype=float, block: bool = True, timeout: float | None = None) -> FrameWriter:
+        """A writeable array of this shape and dtype in one of the queue's frame buffers, put into
+        the queue when its `with` block ends (an exception discards it): no copy in or out.
+        Waits for a free buffer (queue.Full when none comes in time)."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        dtype = np.dtype(dtype)
+        try:
+            shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+        except (TypeError, ValueError):
+            raise TypeError(f"shape must be an int or a sequence of ints; got {shape!r}") from None
+        if any(n < 0 for n in shape):
+            raise ValueError(f"shape must not be negative; got {shape}")
+        if dtype.hasobject:
+            raise TypeError(f"dtype {dtype} holds Python objects: a frame holds plain data only")
+        store = self._frame_store()
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes > store.frame_bytes:
+            raise ValueError(f"an array of shape {shape} and dtype {dtype} takes {nbytes} bytes; this queue's "
+                             f"frame buffers hold {store.frame_bytes} (frame_bytes=)")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        wait = lambda call, head, tail: _in_slices(self, call, head, tail, t)  # noqa: E731
+        return FrameWriter(self, store, shape, dtype, wait)
+
+    def get_array(self, block: bool = True, timeout: float | None = None) -> FrameView:
+        """The next item as a read-only array (queue.Empty if none comes in time): a frame is a view
+        of its buffer, no copy; use it as `with q.get_array() as view:`. The buffer goes back once
+        the view and every array made from it are gone. An ordinary item that is an ndarray comes as
+        it is (read-only); any other item raises TypeError, the item in its `.item`."""
+        while True:
+            kind, record = self._get_record(block, timeout)
+            if kind == _TAG_FRAME:
+                view = self._take_frame(record)
+                if view is None:
+                    continue
+                return FrameView(view)
+            item = _loads(record) if kind == _TAG_PICKLE else _load_with_buffers(record)
+            if not isinstance(item, np.ndarray):
+                raise _not_an_array(item)  # no local names the error: no frame-traceback cycle
+            item.flags.writeable = False
+            return FrameView(item)
+
+    def _get_record(self, block: bool, timeout) -> tuple[int, bytearray]:
+        """The next record's kind and bytes, copied out (get()'s path, without unpickling)."""
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
+        if not self._get_lock.acquire(True, -1 if t < 0 else t / 1e9):
+            raise queue.Empty
+        try:
+            worker = self._worker or self._open_worker()
+            status = _in_slices(self, _get, (worker, ffi.NULL, 0), (self._out, self._tag), t)
+            if status != lib.SY_QUEUE_HELD:
+                _raise(status, queue.Empty, "getting an item")
+            record = bytearray(self._out[0])
+            check(lib.sy_queue_copy_held(worker, ffi.from_buffer(record)), "copying an item out")
+            return int(self._tag[0]), record
+        finally:
+            self._get_lock.release()
+
+    def _frame_store(self) -> FrameStore:
+        if self._frames is None:
+            self._frames = FrameStore.attach(self._name)
+        return self._frames
+
+    def _take_frame(self, record):
+        view = take_frame(self._frame_store(), record)
+        if view is None:
+            lib.sy_queue_note_abandoned(self._handle)
+        return view
+
+    def _put_frame_record(self, record: bytes) -> bool:
+        return self._put_built(_Pieces([record], len(record), _TAG_FRAME), True, None)
 
     def _take_and_hold(self, timeout: float | None = None) -> int:
         """Take the next record and keep it, uncopied (the path of a record too big for the scratch
@@ -294,27 +453,41 @@ class Queue:
     # ---- lifetime --------------------------------------------------------------------------------
     def close(self) -> None:
         """This process puts and gets no more through this handle (multiprocessing.Queue.close);
-        the queue goes on for the others. A put or get waiting in another thread ends with
-        ValueError within one wait slice. The creator's segment name goes when it exits (or, for a
-        queue never pickled, when its Queue object is collected)."""
+        records it spilled are still put by the feeder thread (`join_thread` waits for that). A get
+        waiting in another thread ends with ValueError within one wait slice. The creator's segment
+        name goes when it exits (or, for a queue never pickled, when its Queue object is collected)."""
         if self._closed:
             return
         self._closed = True
-        with self._put_lock, self._get_lock:
-            self._release_handles()
+        with self._put_lock:
+            if self._feeder is None:
+                self._release_producer()  # else the feeder does, once it has put every spilled record
+        with self._get_lock:
+            self._release_worker()
 
     def join_thread(self) -> None:
+        """Wait until the feeder thread has put every record this process spilled (after close()),
+        as multiprocessing.Queue.join_thread."""
         if not self._closed:
             raise AssertionError(f"Queue {self!r} not closed")  # multiprocessing.Queue's (an assert there)
+        if self._join_feeder is not None:
+            self._join_feeder()
 
     def cancel_join_thread(self) -> None:
-        """Nothing to cancel: put() has copied the item into shared memory when it returns."""
+        """Let this process exit without waiting for its spilled records to be put (they are then
+        dropped, and counted in `abandoned` once the process is gone), as multiprocessing.Queue's."""
+        self._join_cancelled = True
+        if self._join_feeder is not None:
+            self._join_feeder.cancel()
 
-    def _release_handles(self) -> None:
-        producer, worker, self._producer, self._worker = self._producer, self._worker, None, None
+    def _release_producer(self) -> None:
+        producer, self._producer = self._producer, None
         if producer is not None:
             ffi.gc(producer, None)
             lib.sy_queue_producer_close(producer)
+
+    def _release_worker(self) -> None:
+        worker, self._worker = self._worker, None
         if worker is not None:
             ffi.gc(worker, None)
             lib.sy_queue_worker_close(worker)
@@ -328,6 +501,8 @@ class Queue:
                 ffi.gc(handle, None)
                 setattr(self, attribute, None)
         self._put_lock, self._get_lock = threading.Lock(), threading.Lock()
+        self._spill = collections.deque()  # the parent's, which its own feeder puts
+        self._feeder = self._join_feeder = None
         if self._finalizer is not None:
             self._finalizer.detach()  # the creator's name is the creator's to remove
 
@@ -369,6 +544,66 @@ class JoinableQueue(Queue):
             pass
 
 
+class _Pieces:
+    """A record gathered from several buffers (the pickle and its out-of-band buffers)."""
+
+    __slots__ = ("parts", "nbytes", "tag")
+
+    def __init__(self, parts: list, nbytes: int, tag: int):
+        self.parts, self.nbytes, self.tag = parts, nbytes, tag
+
+    def owned(self) -> "_Pieces":
+        return _Pieces([b"".join(self.parts)], self.nbytes, self.tag)
+
+
+def _put_record(producer, record, mode: int) -> int:
+    if type(record) is bytes:
+        return _put1(producer, record, len(record), _TAG_PICKLE, mode)
+    keep = [ffi.from_buffer(p) for p in record.parts]  # alive until the C call returns
+    return lib.sy_queue_put(producer, ffi.new("void *[]", keep), ffi.new("int64_t[]", [len(k) for k in keep]),
+                            len(keep), record.tag, mode)
+
+
+def _record_bytes(record) -> int:
+    return len(record) if type(record) is bytes else record.nbytes
+
+
+def _feed(q: "Queue") -> None:
+    """The feeder thread: puts the spilled records in order as ring space comes (waiting for it
+    without the put lock, so put() never waits for the feeder), then ends; the next spill starts
+    another. Its counts are already held, so only space is waited for."""
+    lock, spill = q._put_lock, q._spill
+    while True:
+        with lock:
+            while spill:
+                status = _put_record(q._producer, spill[0], lib.SY_QUEUE_RESERVED)
+                if status == lib.SY_QUEUE_SPILLED:
+                    break
+                spill.popleft()
+                if status != 0:  # multiprocessing.Queue's feeder also reports and drops such a record
+                    lib.sy_queue_unreserve(q._producer, 1)
+                    print(f"sympathy.Queue feeder: a record was dropped (status {status})", file=sys.stderr)
+            if not spill:
+                q._feeder = None
+                if q._closed:
+                    q._release_producer()
+                return
+            producer, need = q._producer, _record_bytes(spill[0])
+        lib.sy_queue_wait_space(producer, need, _SLICE_NS)
+
+
+def _join_thread(thread_ref) -> None:
+    thread = thread_ref()
+    if thread is not None:
+        thread.join()
+
+
+def _not_an_array(item) -> TypeError:
+    error = TypeError(f"get_array() took an item that is not an array: {type(item).__name__} (in .item)")
+    error.item = item
+    return error
+
+
 def _load_with_buffers(record: bytearray):
     view = memoryview(record)
     n = struct.unpack_from("<q", view)[0]
@@ -383,9 +618,10 @@ def _load_with_buffers(record: bytearray):
     return pickle.loads(data, buffers=buffers)
 
 
-def _unlink_if_creator(name: str, nonce: int, inode, pid: int, pickled: list) -> None:
+def _unlink_if_creator(created: list, pid: int, pickled: list) -> None:
     if os.getpid() == pid and not pickled[0]:
-        segment.unlink_own(name, nonce, inode)
+        for name, nonce, inode in created:
+            segment.unlink_own(name, nonce, inode)
 
 
 def _after_fork_in_child() -> None:
