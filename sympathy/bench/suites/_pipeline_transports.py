@@ -378,6 +378,32 @@ class SyQueue(Transport):
         self.q.close()
 
 
+class SyQueueFrames(SyQueue):
+    """sympathy.Queue's zero-copy frames: the producer writes each frame in one of the queue's
+    shared frame buffers (`put_array`), the consumer reads it in place (`get_array`)."""
+    label = "sy.Queue put_array/get_array"
+    kinds = ("frames",)
+    zero_copy = True
+    BUFFERS = 4  # frames in flight, as the other zero-copy transports' pools
+
+    def prepare(self, kind, frame_bytes, consumers):
+        import sympathy as sy
+
+        self.q = sy.Queue(frame_bytes=frame_bytes, frame_count=self.BUFFERS + 2)  # + one stale binding a side
+
+    def put_frame(self, src, i):
+        with self.q.put_array(src.shape, src.dtype, timeout=TIMEOUT_S) as frame:
+            np.copyto(frame, src)
+            stamp(frame, i)
+        del frame  # its buffer goes back to the pool only once no array of it is left
+
+    def get_frame(self):
+        with self.q.get_array(timeout=TIMEOUT_S) as view:
+            i = read_stamp(view)
+        del view
+        return i
+
+
 class SyRingFrames(Transport):
     """sy.RingBuffer of raw frame-sized items in shared memory: the producer writes each frame in
     place (`claim`), the consumer reads it in place (`view_batch`): zero-copy, one consumer."""
@@ -412,9 +438,6 @@ class SyRingFrames(Transport):
 
     def close(self):
         self.ring.close()
-
-
-TRANSPORTS = (MpQueue, SimpleQueue, FasterFifo, Zmq, SharedMemoryByHand, Iceoryx2, SyQueue, SyRingFrames)
 
 
 def busy_loop_count(task_s: float) -> int:
