@@ -18,7 +18,7 @@ SMALL = ["--width", "320", "--height", "240", "--workers", "2"]
 
 
 def start_demo(*args):
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=ROOT, COLUMNS="160")
     return subprocess.Popen([sys.executable, "-m", "sympathy.cli", "demo", "pipeline", *SMALL, *args], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -46,12 +46,14 @@ def segments(pid: int) -> list[str]:
     return glob.glob(f"/dev/shm/sympathy-queue-{pid}-*")
 
 
-@pytest.mark.parametrize("run", ["multiprocessing.Queue", "sympathy.Queue"])
+@pytest.mark.parametrize("run", [0, 1, 2], ids=["multiprocessing.Queue", "sympathy.Queue", "zero-copy frames"])
 def test_first_ctrl_c_ends_the_demo(run):
-    proc = start_demo("--seconds", "4")
+    proc = start_demo("--seconds", "3")
     try:
-        first = wait_for_run(proc.pid)
-        kids = first if run == "multiprocessing.Queue" else wait_for_run(proc.pid, not_these=first)
+        seen: set[int] = set()
+        for _ in range(run + 1):  # the pipelines run one after the other, each with new children
+            kids = wait_for_run(proc.pid, not_these=seen)
+            seen |= kids
         time.sleep(0.5)  # frames are flowing
         os.killpg(proc.pid, signal.SIGINT)  # once, to the whole group
         out, _ = proc.communicate(timeout=HANG)
@@ -78,5 +80,5 @@ def test_short_run_delivers_every_result_once():
             proc.wait()
     assert proc.returncode == 0, out
     assert "Every result came once per frame: yes" in out, out
-    assert "sympathy.Queue" in out and "multiprocessing.Queue" in out
+    assert "multiprocessing.Queue" in out and "sympathy.Queue" in out and "sympathy.Queue zero-copy" in out
     assert segments(proc.pid) == []
