@@ -204,7 +204,7 @@ class RingBuffer:
         t = -1 if timeout is None else _timeout_ns(timeout)
         # The array published last time, unchanged (shape, dtype and strides can be reassigned in
         # place, so they are compared): its checks and its FFI pointer are kept. Each of those costs
-        # about what the C call spends moving 100 items (docs/ring.md, "The batched path").
+        # about what the C call spends moving 100 items (docs/pipeline.md, "The batched path").
         if items is self._batch_items and items.dtype is self._batch_dtype and items.shape == self._batch_shape \
                 and items.strides == self._batch_strides:
             pointer, n = self._batch_pointer, self._batch_shape[0]

@@ -389,7 +389,7 @@ class SyQueueFrames(SyQueue):
     def prepare(self, kind, frame_bytes, consumers):
         import sympathy as sy
 
-        self.q = sy.Queue(frame_bytes=frame_bytes, frame_count=self.BUFFERS + 2)  # + one stale binding a side
+        self.q = sy.Queue(frame_bytes=frame_bytes, frame_count=self.BUFFERS)  # ends drop their arrays at once
 
     def put_frame(self, src, i):
         with self.q.put_array(src.shape, src.dtype, timeout=TIMEOUT_S) as frame:
