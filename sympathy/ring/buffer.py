@@ -152,7 +152,7 @@ class RingBuffer:
         self._row_shape, self._row_dtype = self._slots.shape[1:], self._slots.dtype
         self._pack, self._unpack = _scalar_codec(dtype)
         self._int64 = dtype is not None and dtype == np.dtype(np.int64)
-        self._batch_items = self._batch_dtype = self._batch_shape = self._batch_strides = self._batch_pointer = None
+        self._last_batch = None  # (array, dtype, shape, strides, FFI pointer) of publish_batch's last array
         self._written_spare: list = []
 
     # ---- producer side -------------------------------------------------------------------------
@@ -205,9 +205,11 @@ class RingBuffer:
         # The array published last time, unchanged (shape, dtype and strides can be reassigned in
         # place, so they are compared): its checks and its FFI pointer are kept. Each of those costs
         # about what the C call spends moving 100 items (docs/pipeline.md, "The batched path").
-        if items is self._batch_items and items.dtype is self._batch_dtype and items.shape == self._batch_shape \
-                and items.strides == self._batch_strides:
-            pointer, n = self._batch_pointer, self._batch_shape[0]
+        # One tuple, read and replaced whole: threads of a multi-producer ring share this object.
+        last = self._last_batch
+        if last is not None and items is last[0] and items.dtype is last[1] and items.shape == last[2] \
+                and items.strides == last[3]:
+            pointer, n = last[4], last[2][0]
         else:
             array = self._as_batch(items)
             n = len(array)
@@ -215,9 +217,7 @@ class RingBuffer:
                 return
             pointer = ffi.from_buffer(array)  # holds a buffer export: numpy refuses to resize it under us
             if array is items and self.dtype is not None:
-                self._batch_items, self._batch_dtype, self._batch_shape = items, items.dtype, items.shape
-                self._batch_strides = items.strides
-                self._batch_pointer = pointer
+                self._last_batch = (items, items.dtype, items.shape, items.strides, pointer)
         producer = self._producer
         if producer is None:
             producer = self._producer_handle()
@@ -351,7 +351,7 @@ class RingBuffer:
         for consumer in sorted(self._consumers, key=lambda c: -c.index):
             consumer._leave()
         self._producer = None  # its finaliser closes it: now, or when the last call inside returns
-        self._batch_items = self._batch_pointer = None  # the caller's array is theirs to resize again
+        self._last_batch = None  # the caller's array is theirs to resize again
         self._slots = None
         if self.name is not None and (self._owner if unlink is None else unlink):
             segment.unlink_own(self.name, self._nonce, self._inode)  # while mapped: it pins the inode
