@@ -326,9 +326,41 @@ class PipelineSuite(Suite):
                              f"/dev/shm, {stat.f_bavail * stat.f_frsize / 1e6:.0f} MB free")
 
     def plot(self, results: Results, outdir):
-        from .ring import RingSuite  # the same panels: one per group, log axis, anchor hatched
+        """One panel per group, horizontal bars (a log axis where they span more than 50x: frames):
+        sympathy's rows blue, anchors grey (multiprocessing.Queue hatched), the ceilings (memcpy,
+        ideal) white with a black edge."""
+        from .. import plots
 
-        return RingSuite.plot(self, results, outdir)
+        plt = plots._pyplot()
+        groups = [g for g in dict.fromkeys(r.group for r in results.rows)
+                  if any(self.primary in r.metrics for r in results.rows if r.group == g)]
+        cols = min(2, len(groups)) or 1
+        rows = -(-len(groups) // cols) or 1
+        fig, axes = plt.subplots(rows, cols, figsize=(7.0 * cols, 0.32 * 10 * rows + 1.0), squeeze=False,
+                                 layout="constrained")
+        for ax, group in zip(axes.flat, groups):
+            members = [r for r in results.rows if r.group == group and self.primary in r.metrics]
+            ceiling = [r.variant.startswith(("ideal", "single-thread")) for r in members]
+            ours = [r.variant.startswith(OURS) for r in members]
+            bars = ax.barh([r.variant for r in members], [r.metrics[self.primary] for r in members],
+                           color=["white" if c else "#3b75af" if o else "#bbbbbb" for c, o in zip(ceiling, ours)],
+                           edgecolor=["black" if c else "none" for c in ceiling])
+            for bar, r in zip(bars, members):
+                bar.set_hatch("//" if r.anchor else "")
+            values = [r.metrics[self.primary] for r in members]
+            log = max(values) > 50 * min(values)  # frames span four decades; the other shapes one
+            if log:
+                ax.set_xscale("log")
+                ax.set_xlim(min(values) / 3, max(values) * 1.5)  # every bar starts well left of the smallest
+            ax.set_title(group, fontsize=8)
+            ax.set_xlabel(group.rsplit(", ", 1)[-1] + (", log scale" if log else ""), fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.invert_yaxis()
+            ax.grid(axis="x", alpha=0.3)
+        for ax in list(axes.flat)[len(groups):]:
+            ax.axis("off")
+        fig.suptitle(self.title, fontsize=10)
+        return [plots._save(fig, outdir / f"{self.name}.png")]
 
     def run(self, args: argparse.Namespace, results: Results) -> None:
         if "objects" in args.only:
