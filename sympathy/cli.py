@@ -105,7 +105,7 @@ def available_demos() -> dict[str, str]:
 # The tour's order: from the article's first example to the GPU.
 # Each seed example sits beside the demo of its subject (docs/seeds.md).
 DEMO_ORDER = {name: i for i, name in enumerate([
-    "info", "matmul", "article_matmul", "lab", "locality", "ring", "latency", "pinning",
+    "info", "matmul", "article_matmul", "lab", "locality", "ring", "pipeline", "latency", "pinning",
     "softmax", "slides", "attention", "flash_claims", "attention_gpu", "attention_train"])}
 
 

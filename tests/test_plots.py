@@ -115,8 +115,26 @@ def _ring(results):
             results.add(group, variant, anchor=i == 0, **{"items/s": 1e6 * 10 ** i})
 
 
+def _pipeline(results):
+    results.add("objects: dict of 5 fields, 1 -> 1 process, items/s", "multiprocessing.Queue", anchor=True,
+                **{"per s": 3.8e4})
+    results.add("objects: dict of 5 fields, 1 -> 1 process, items/s", "faster-fifo: not installed (pip install "
+                "sympathy[bench])")
+    results.add("objects: dict of 5 fields, 1 -> 1 process, items/s", "sy.Queue", **{"per s": 1.2e5})
+    frames = "frames: 1920x1080 RGB uint8 (6.2 MB), 1 -> 1 process, frames/s"
+    for i, variant in enumerate(["single-thread memcpy into a 128 MB pool (no transport)", "multiprocessing.Queue",
+                                 "shared_memory + Queue of names (zero-copy)", "sy.Queue",
+                                 "sy.RingBuffer claim/view_batch (zero-copy)"]):
+        results.add(frames, variant, anchor=i == 1, **{"per s": 20.0 * 3 ** (4 - i), "GB/s": 0.12 * 3 ** (4 - i)})
+    for n in (1, 2, 4):
+        group = f"workers: 1 producer -> {n} workers, 50 us tasks, tasks/s"
+        for i, variant in enumerate(["ideal: min(N, 2 CPUs) x serial rate", "multiprocessing.Queue",
+                                     "multiprocessing.Pool imap_unordered", "sy.Queue"]):
+            results.add(group, variant, anchor=i == 1, **{"per s": 2e4 / (1 + i)})
+
+
 ROWS = {"matmul": _matmul, "lab": _lab, "attention-cpu": _attention_cpu, "attention-gpu": _attention_gpu,
-        "attention-decode": _attention_decode, "ring": _ring}
+        "attention-decode": _attention_decode, "ring": _ring, "pipeline": _pipeline}
 
 
 @pytest.mark.parametrize("name", sorted(SUITES))

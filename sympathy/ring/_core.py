@@ -17,6 +17,7 @@ from .segment import SHM_DIR  # noqa: E402  (after the build check above)
 # Bound once: a module-global lookup is cheaper than `lib.name` on the per-item paths.
 _write_one, _write_i64 = lib.sy_ring_write_one, lib.sy_ring_write_i64
 _read_one, _read_ahead = lib.sy_ring_read_one, lib.sy_ring_read_ahead
+_write_many, _read_many = lib.sy_ring_write, lib.sy_ring_read  # the batched paths
 _SLICE, _EBUSY = lib.SY_RING_WAIT_SLICE, lib.SY_RING_EBUSY
 WAIT_SLICE_NS = 20_000_000  # a C wait comes back this often: Ctrl-C is seen within it (the target is 100 ms)
 READ_AHEAD = 256  # items get() may take in one C call (plain numeric dtypes, no consumer after it)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._errors import SY_EINVAL, ClosedError
 from ._core import (
-    MAX_CONSUMERS, READ_AHEAD, SCRATCH_BYTES, _SLICE, _describe, _read_ahead, _read_one, _rewait, _timeout_ns, ffi, lib,
+    MAX_CONSUMERS, READ_AHEAD, SCRATCH_BYTES, _SLICE, _describe, _read_ahead, _read_many, _read_one, _rewait, _timeout_ns, ffi, lib,
 )
 
 if TYPE_CHECKING:  # the buffer imports this module, not the other way round
@@ -43,6 +43,7 @@ class Consumer:
         self._lost = 0  # `lost` once closed
         self._ahead: list = []  # taken by get() ahead of time, last item first
         self._scratch = self._scratch_ptr = None  # get_batch's landing buffer
+        self._scratch_n = 0  # its length in items
         if ring._unpack is not None:
             self._ahead_array = np.empty(READ_AHEAD, dtype=ring.dtype)
             self._ahead_buf = memoryview(self._ahead_array).cast("B")
@@ -121,10 +122,18 @@ class Consumer:
         `out[:n]` comes back, with no allocation.
         """
         t = -1 if timeout is None else _timeout_ns(timeout)
+        handle = self._handle  # a local: a close() from another thread cannot free it under the call
+        if type(max_n) is int and 0 < max_n <= self._scratch_n and out is None and handle is not None \
+                and not self._ahead:
+            # The common call, in the fewest steps: one C call (wait + copy + release) into the kept
+            # scratch buffer, then the copy the caller keeps (see below for why not two C calls).
+            status = _read_many(handle, self._scratch_ptr, max_n, t, self._n)
+            if status:
+                self._read(handle, self._scratch_ptr, max_n, t, status)
+            return self._scratch[:self._n[0]].copy()
         if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
             raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
         max_n = int(max_n)
-        handle = self._handle  # a local: a close() from another thread cannot free it under the call
         if handle is None:
             self._check_open()
         if self._ahead:
@@ -181,6 +190,7 @@ class Consumer:
             ring = self._ring
             self._scratch = np.empty((n, *ring._row_shape), dtype=ring._row_dtype)
             self._scratch_ptr = ffi.from_buffer(self._scratch)
+            self._scratch_n = n
         return self._scratch, self._scratch_ptr
 
     @contextlib.contextmanager
