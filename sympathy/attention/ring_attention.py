@@ -98,7 +98,8 @@ def _agree(q, k, v, is_causal, scale, enable_gqa, layout, group, world: int) -> 
         device = q.device
     # float64 holds every field exactly (sizes < 2^53, the scale itself)
     table = torch.empty(world * len(_FIELDS), dtype=torch.float64, device=device)   # flat: gloo's rule
-    dist.all_gather_into_tensor(table, torch.tensor(mine, dtype=torch.float64, device=device), group=group)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor   # the new name, torch >= 2.13
+    gather(table, torch.tensor(mine, dtype=torch.float64, device=device), group=group)
     rows = table.view(world, len(_FIELDS)).cpu().tolist()
     if error is not None:
         raise error
