@@ -250,13 +250,14 @@ def backward_step(kernels: Kernels, saved, k, v, step: Step, scale: float, dq, d
 # ---- one process, W virtual ranks --------------------------------------------------------------------------
 def simulate_ring(q, k, v, world_size: int, *, is_causal: bool = False, scale: Optional[float] = None,
                   enable_gqa: bool = False, layout: str = "zigzag", dout=None,
-                  timer: Optional[Callable] = None):
+                  timer: Optional[Callable] = None, kernels: Optional[Kernels] = None):
     """The ring's arithmetic for `world_size` virtual ranks in this process: shard the full q, k, v,
     run every rank's steps (the same step functions and merge as ring_attention), unshard.
 
     Returns out, or (out, dq, dk, dv) when dout is given (the backward's dK/dV accumulate in the
-    order they would around the ring). timer, if given, wraps each kernel call: timer(kind, rank,
-    step_index, fn) must call fn() and return its result (the GPU check times steps with it)."""
+    order they would around the ring). timer, if given, wraps each step: timer(kind, rank, step_index,
+    fn) must call fn() and return its result; kernels replaces the Kernels(q) the steps run on (the
+    GPU check passes one that times each kernel call)."""
     import torch
 
     _check_world(world_size)
@@ -267,7 +268,7 @@ def simulate_ring(q, k, v, world_size: int, *, is_causal: bool = False, scale: O
         scale = 1.0 / math.sqrt(q.shape[-1])
     N = q.shape[2]
     n = check_sequence_length(N, world_size, layout, "q")
-    kernels = Kernels(q)
+    kernels = kernels or Kernels(q)
     timer = timer or (lambda kind, rank, i, fn: fn())
     shard = [lambda x, r=r: shard_sequence(x, world_size, r, layout=layout) for r in range(world_size)]
     qs, ks, vs = ([shard[r](x) for r in range(world_size)] for x in (q, k, v))
