@@ -114,6 +114,26 @@ def test_simulated_ring_matches_single_process(W, layout, causal, gqa):
     check_against_single(got, q, k, v, dout, causal, gqa, f"simulated W={W} {layout} causal={causal}")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_simulated_ring_on_cuda(layout, causal):
+    """bf16 on the hopper/mma kernels: the ring's error against float64 within twice the unsharded
+    kernel's (its partial outputs and dK/dV are bf16 per step, merged in fp32)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, dout = (torch.randn(1, 8, 1024, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    k, v = (torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    exact = grads(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=True),
+                  *(t.double() for t in (q, k, v, dout)))
+    single = grads(lambda a, b, c: sy.attention.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=True),
+                   q, k, v, dout)
+    rel = lambda a, b: ((a.double() - b).norm() / b.norm()).item()   # noqa: E731
+    for W in (2, 4):
+        got = sy.attention.simulate_ring(q, k, v, W, is_causal=causal, enable_gqa=True, layout=layout, dout=dout)
+        for name, x, s, e in zip(("out", "dq", "dk", "dv"), got, single, exact):
+            assert rel(x, e) <= 2 * rel(s, e), f"W={W} {name}: {rel(x, e):.2e} vs unsharded {rel(s, e):.2e}"
+
+
 def test_needs_an_initialised_group():
     if torch.distributed.is_initialized():
         pytest.skip("a process group exists in this test process")
