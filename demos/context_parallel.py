@@ -1,4 +1,4 @@
-"""Context parallelism: a long-context training step whose sequence is split over processes, attention by ring_attention.
+"""Context parallelism: a long-context training step split over processes, attention by ring_attention.
 
 Each rank holds one shard of every sequence (zigzag layout: balanced causal work) and runs the whole
 model on it: embeddings, MLPs and norms are per token, RoPE gets each token's true position
@@ -15,7 +15,6 @@ full-sequence gradient. Activations per rank are 1/W of the whole: that is the p
         -m sympathy.demos.context_parallel --seq 1048576 --d-model 1024 --layers 4     # a cluster
 """
 import argparse
-import math
 import os
 import sys
 import tempfile

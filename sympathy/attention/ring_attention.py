@@ -265,7 +265,9 @@ def ring_attention(q, k, v, *, is_causal: bool = False, scale: Optional[float] =
     Every rank of the group must call it with shards of the same shape (ValueError on every rank
     otherwise: uneven shards, a zigzag shard of odd length, a different is_causal or layout).
     CUDA: float16/bfloat16 on the hopper/mma kernels (head dim 64 or 128; float32 and other head
-    dims on the slower kernels cuda.py picks), an NCCL group. CPU: float32 on the C kernel, a gloo group.
+    dims on the slower kernels cuda.py picks, and their backward materialises each step's score
+    block: keep shards short there), an NCCL group. CPU: float32 on the C kernel (its backward is
+    torch math, one step's score block at a time), a gloo group.
     """
     import torch.distributed as dist
 

@@ -176,7 +176,8 @@ class Kernels:
             import torch
 
             if q.dtype != torch.float32:
-                raise TypeError(f"CPU tensors run the C kernel, which is float32; got {q.dtype} (convert with .float())")
+                raise TypeError(f"CPU tensors run the C kernel, which is float32; got {q.dtype} "
+                                "(convert with .float())")
             self.kernel = "cpu"
 
     def forward(self, q, k, v, causal: bool, scale: float):
