@@ -163,10 +163,9 @@ def _spawned(rank, world, store, args):
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    try:
-        run(args)
-    finally:
-        dist.destroy_process_group()
+    run(args)
+    dist.barrier()   # no rank tears its connections down while a peer still uses them
+    dist.destroy_process_group()
 
 
 def parse(argv):
@@ -196,10 +195,9 @@ def main(argv=None):
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:     # under torchrun: this process is one rank
         args.check = bool(args.check)
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        try:
-            run(args)
-        finally:
-            dist.destroy_process_group()
+        run(args)
+        dist.barrier()
+        dist.destroy_process_group()
         return
     args.check = True if args.check is None else args.check
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")            # this machine only
