@@ -30,8 +30,8 @@ import math
 from typing import Optional
 
 from ._checks import MAX_HEAD_DIM, check_shapes
-from .ring_steps import (LAYOUTS, Kernels, Merge, backward_step, check_sequence_length, forward_step,
-                         ring_schedule)
+from .ring_steps import (LAYOUTS, Kernels, Merge, add_kv_grads, backward_step, check_sequence_length,
+                         forward_step, ring_schedule)
 
 _KV_TAG, _DKV_TAG = 23, 24        # gloo matches messages by (peer, tag): K/V and dK/dV never mix
 _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
@@ -208,10 +208,13 @@ def _ring_backward(dout, q, k, v, out, lse, is_causal, scale, layout, ring: _P2P
     pending_dkv = None
     for i, step in enumerate(plan):
         pending_kv = ring.start(kv, _KV_TAG) if i + 1 < ring.world else None
+        # The kernel is queued before waiting for the accumulator of the block it works on: the
+        # previous step's dK/dV transfer runs beside this step's kernel, off the critical path.
+        grads = backward_step(kernels, saved, *_unpack(kv, k, v), step, scale, dq) if step is not None else None
         dkv = (torch.zeros(kv.shape, dtype=torch.float32, device=q.device) if pending_dkv is None
                else ring.finish(pending_dkv))
-        if step is not None:
-            backward_step(kernels, saved, *_unpack(kv, k, v), step, scale, dq, *_unpack(dkv, k, v))
+        if grads is not None:
+            add_kv_grads(step, *_unpack(dkv, k, v), *grads)
         pending_dkv = ring.start(dkv, _DKV_TAG) if ring.world > 1 else None
         if pending_kv is not None:
             kv = ring.finish(pending_kv)

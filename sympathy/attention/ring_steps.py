@@ -235,15 +235,20 @@ def forward_step(kernels: Kernels, q, k, v, step: Step, scale: float, merge: Mer
     merge.add(out, lse, step.q_rows)
 
 
-def backward_step(kernels: Kernels, saved, k, v, step: Step, scale: float, dq, dk, dv) -> None:
-    """Add one step's gradients: dq into this rank's fp32 dq, dk/dv into the fp32 accumulators that
-    travel with the K/V block. saved = (q, out, dout, lse) of this rank, out and lse the merged ones:
-    each block's backward needs the final softmax statistics, not its own."""
+def backward_step(kernels: Kernels, saved, k, v, step: Step, scale: float, dq):
+    """One step's gradients: dq added into this rank's fp32 dq, (dk, dv) of the block's rows
+    returned, for the accumulators that travel with the K/V block (add_kv_grads). saved = (q, out,
+    dout, lse) of this rank, out and lse the merged ones: each block's backward needs the final
+    softmax statistics, not its own."""
     q, out, dout, lse = saved
     r = step.q_rows
     gq, gk, gv = kernels.backward(dout[:, :, r], q[:, :, r], k[:, :, step.kv_rows], v[:, :, step.kv_rows],
                                   out[:, :, r], lse[:, :, r], step.causal, scale)
     dq[:, :, r] += gq
+    return gk, gv
+
+
+def add_kv_grads(step: Step, dk, dv, gk, gv) -> None:
     dk[:, :, step.kv_rows] += gk
     dv[:, :, step.kv_rows] += gv
 
@@ -295,7 +300,8 @@ def simulate_ring(q, k, v, world_size: int, *, is_causal: bool = False, scale: O
             step = plan[i]
             if step is not None:
                 saved = (qs[r], outs[r], douts[r], merges[r].lse)
-                timer("backward", r, i, lambda: backward_step(kernels, saved, ks[step.source], vs[step.source],
-                                                             step, scale, dqs[r], dks[step.source], dvs[step.source]))
+                gk, gv = timer("backward", r, i, lambda: backward_step(kernels, saved, ks[step.source],
+                                                                      vs[step.source], step, scale, dqs[r]))
+                add_kv_grads(step, dks[step.source], dvs[step.source], gk, gv)
     grads = [unshard_sequence([g.to(x.dtype) for g in gs], layout=layout) for gs, x in ((dqs, q), (dks, k), (dvs, v))]
     return (out, *grads)
