@@ -87,12 +87,17 @@ def _agree(q, k, v, is_causal, scale, enable_gqa, layout, group, world: int) -> 
     import torch
     import torch.distributed as dist
 
+    backend = str(dist.get_backend(group))
     error = None
     try:
         mine = _describe(q, k, v, is_causal, scale, enable_gqa, layout)
+        want = "nccl" if q.device.type == "cuda" else "gloo"
+        if want not in backend:   # e.g. "nccl", "gloo" or "cpu:gloo,cuda:nccl"
+            raise ValueError(f"{q.device.type.upper()} tensors move between ranks with {want}; this group's "
+                             f"backend is {backend!r} (init_process_group('{want}'), or 'cpu:gloo,cuda:nccl')")
     except (TypeError, ValueError) as exc:
         error, mine = exc, [math.nan] * len(_FIELDS)
-    on_cuda = "nccl" in str(dist.get_backend(group)) and torch.cuda.is_available()
+    on_cuda = "nccl" in backend and torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
     if isinstance(q, torch.Tensor) and q.device.type == "cuda":
         device = q.device
