@@ -106,7 +106,7 @@ def available_demos() -> dict[str, str]:
 # Each seed example sits beside the demo of its subject (docs/seeds.md).
 DEMO_ORDER = {name: i for i, name in enumerate([
     "info", "matmul", "article_matmul", "lab", "locality", "ring", "pipeline", "latency", "pinning",
-    "softmax", "slides", "attention", "flash_claims", "attention_gpu", "attention_train"])}
+    "softmax", "slides", "attention", "flash_claims", "attention_gpu", "attention_train", "context_parallel"])}
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
