@@ -23,6 +23,7 @@
 // The sm_90a body exists only where the arch-specific features do (as in attention_hopper.cu); the
 // launcher answers SY_EUNSUPPORTED elsewhere, and for deterministic calls (the mma backward's separate
 // dQ pass serves those).
+#include "attention_band.cuh"
 #include "attention_bwd_common.cuh"
 #include "hopper_primitives.cuh"
 #include "softmax.cuh"   // fast_exp2
@@ -121,17 +122,21 @@ struct BwdSmem {
     }
 };
 
-// The query tiles a key block sees: all, or (causal, top-left) those holding a row at or past its first
-// key. The first ones up to the block's last key need the per-element mask.
-template <class Tr, bool kCausal>
-struct QueryTiles {
-    int first, total, first_unmasked;
-    __device__ QueryTiles(int n0, int seqlen_q) {
-        total = ceil_div(seqlen_q, Tr::kBlockM);
-        first = kCausal ? min(n0 / Tr::kBlockM, total) : 0;
-        first_unmasked = kCausal ? (n0 + Tr::kBlockN) / Tr::kBlockM : 0;
+// The query tiles a key block sees: all, or those the band reaches. Row i sees key j iff
+// j - hi <= i <= j - lo: the forward's band transposed (band_blocks with keys as rows and (-hi, -lo)).
+// Tiles outside [unmasked_begin, unmasked_end) sit on the band's edges and need the per-element mask.
+// Keys past seqlen_k need none (see compute_p), so the block's last key is its last real one; neither do
+// query rows past seqlen_q (their LSE is +inf: P = 0), so without a band every tile runs unmasked from
+// tile 0, and causal only the tiles before unmasked_begin are masked. (Constants where the mode allows:
+// at d = 64 the consumer sits at its 240 registers, and a runtime loop start spilled 24-36 bytes.)
+template <class Tr, int kMode>
+__device__ __forceinline__ BlockRange query_tiles(int n0, const sy_attn_bwd_params &p, Band band) {
+    if constexpr (kMode == kBandNone) {
+        const int total = ceil_div(p.seqlen_q, Tr::kBlockM);
+        return BlockRange{0, total, 0, total};
     }
-};
+    return band_blocks(n0, min(n0 + Tr::kBlockN, p.seqlen_k) - 1, p.seqlen_q, Tr::kBlockM, Band{-band.hi, -band.lo});
+}
 
 // ---- the producer: one thread issues every copy ---------------------------------------------------------
 template <class Tr>
@@ -165,7 +170,7 @@ __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap
 }
 
 // ---- a consumer warpgroup: 64 keys ------------------------------------------------------------------------
-template <class Tr, typename T, bool kCausal>
+template <class Tr, typename T, int kMode>
 struct BwdConsumer {
     using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
     using GemmDq = WgmmaM64N64<T>;                                    // dQ: a 64 x 64 share per warpgroup
@@ -215,13 +220,16 @@ struct BwdConsumer {
         issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile);
     }
 
-    // P^T = exp2(S^T * scale log2 e - LSE_log2[query]); (causal) a query before the key gives 0. Keys
-    // past seqlen_k need no mask: TMA filled their K and V rows with zeros, so their dK, dV rows (never
-    // stored) are all they touch, and dQ gets dS * 0 from them.
+    // P^T = exp2(S^T * scale log2 e - LSE_log2[query]); a (key, query) pair outside the band gives 0:
+    // key - query > hi (causal: a query before the key) or (local) < lo. Keys past seqlen_k need no mask:
+    // TMA filled their K and V rows with zeros, so their dK, dV rows (never stored) are all they touch,
+    // and dQ gets dS * 0 from them.
     template <bool kMask>
-    __device__ __forceinline__ void compute_p(int stage, int n0, int m0) {
+    __device__ __forceinline__ void compute_p(int stage, int n0, int m0, Band band) {
         const float *lse = sm.lse + stage * Tr::kBlockM;
         const int key0 = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
+        // This lane's key row sees queries key - hi .. key - lo; relative to the tile's first query.
+        const int first = key0 - band.hi - m0, last = key0 - band.lo - m0;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
             const int col = nt * 8 + 2 * (lane % 4);
@@ -229,7 +237,8 @@ struct BwdConsumer {
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 float x = tiles(s)[nt][c];
-                if (kMask && m0 + col + c % 2 < key0 + (c / 2) * 8) x = -INFINITY;
+                const int query = col + c % 2 - (c / 2) * 8;   // against the key row of c / 2
+                if (kMask && (query < first || (kMode == kBandLocal && query > last))) x = -INFINITY;
                 tiles(s)[nt][c] = fast_exp2(x * scale_log2 - (c % 2 ? l.y : l.x));
             }
             if (nt % 2 == 1) pack_step(rP[nt / 2], s, nt / 2);   // this tile pair's registers die here
@@ -311,13 +320,13 @@ struct BwdConsumer {
     // for only when its result is needed, so the tensor cores run under this warpgroup's own work:
     // dP^T under P^T's exponentials, dV under dS^T and its store, dK under the dQ atomics.
     template <bool kMask>
-    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead) {
+    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         issue_s_dp(stage);
         wgmma_wait<1>();   // S^T done; dP^T may still run
         fence_regs(s);
-        compute_p<kMask>(stage, n0, m0);
+        compute_p<kMask>(stage, n0, m0, band);
         issue_head_gemm(dV, rP, sm.dout, stage);   // dV += P^T dO
         wgmma_wait<1>();   // dP^T done; dV may still run
         fence_regs(dp);
@@ -360,16 +369,15 @@ struct BwdConsumer {
 #endif  // SY_HOPPER_DEVICE_CODE
 
 // Grid (key blocks, query heads, batch): causal key block 0 sees the most query tiles and starts first.
-template <class Tr, typename T, bool kCausal>
+template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                   const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                  const sy_attn_bwd_params p, int rows_per_head) {
+                  const sy_attn_bwd_params p, int rows_per_head, const Band band) {
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const BwdSmem<Tr> sm(smem_raw);
     const int n0 = blockIdx.x * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
-    const QueryTiles<Tr, kCausal> queries(n0, p.seqlen_q);
 
     if (threadIdx.x == 0) {
         BwdBarriers<Tr> &bar = *sm.bars;
@@ -390,19 +398,28 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             tma_prefetch_map(&tm_do);
             tma_prefetch_map(&tm_k);
             tma_prefetch_map(&tm_v);
+            const BlockRange queries = query_tiles<Tr, kMode>(n0, p, band);
             produce<Tr>(sm, &tm_q, &tm_do, &tm_k, &tm_v, p.lse_log2 + bwd_row_index(p, b, h, 0, rows_per_head),
                         p.delta + bwd_row_index(p, b, h, 0, rows_per_head), n0, h, h / (p.heads_q / p.heads_kv), b,
-                        queries.first, queries.total);
+                        queries.begin, queries.end);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
-        BwdConsumer<Tr, T, kCausal> consumer(sm, warpgroup - 1, p.scale);
+        BwdConsumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
         float *gDqHead = p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim;
         mbar_wait(smem_addr(&sm.bars->kv_full), 0);   // also when no tile follows: no copy may outlive the block
         int i = 0;
-        for (int m = queries.first; m < queries.total; ++m, ++i) {
-            if (kCausal && m < queries.first_unmasked) consumer.template tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead);
-            else consumer.template tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead);
+        // The range is computed after setmaxnreg, in each role (live across it, it cost the d = 64
+        // consumers 16-24 bytes of spill).
+        const BlockRange queries = query_tiles<Tr, kMode>(n0, p, band);
+        for (int m = queries.begin; m < queries.end; ++m, ++i) {
+            // Without a band nothing is masked (ragged keys and queries: see query_tiles).
+            const bool masked = kMode == kBandCausal ? m < queries.unmasked_begin
+                              : kMode == kBandLocal && (m < queries.unmasked_begin || m >= queries.unmasked_end);
+            if (masked)
+                consumer.template tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band);
+            else
+                consumer.template tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band);
         }
         consumer.store(p, n0, h, b);
     }
@@ -410,9 +427,9 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 }
 
 // ---- host -----------------------------------------------------------------------------------------------
-template <class Tr, typename T, bool kCausal>
-int launch(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
-    auto kernel = hopper_bwd_kernel<Tr, T, kCausal>;
+template <class Tr, typename T, int kMode>
+int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream_t stream) {
+    auto kernel = hopper_bwd_kernel<Tr, T, kMode>;
     cudaFuncAttributes attrs;
     cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
     if (err != cudaSuccess) return static_cast<int>(err);
@@ -434,7 +451,7 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) 
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
     dim3 grid(ceil_div(p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head);
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
 
     status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim, p.scale, stream);
@@ -444,7 +461,12 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) 
 
 template <class Tr, typename T>
 int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
-    return p.is_causal ? launch<Tr, T, true>(p, rows_per_head, stream) : launch<Tr, T, false>(p, rows_per_head, stream);
+    int mode;
+    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                p.seqlen_k, &mode);
+    if (mode == kBandLocal) return launch<Tr, T, kBandLocal>(p, rows_per_head, band, stream);
+    return mode == kBandCausal ? launch<Tr, T, kBandCausal>(p, rows_per_head, band, stream)
+                               : launch<Tr, T, kBandNone>(p, rows_per_head, band, stream);
 }
 
 template <typename T>
@@ -466,6 +488,7 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || p.deterministic) return kUnsupported;
+    if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     if (!p.lse_log2 || !p.dq_accum) return kInvalid;
     if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;

@@ -1,0 +1,128 @@
+"""Same-run timings of the band (causal_offset, window) in the hopper and mma kernels, H100 (docs/notes-masks.md).
+
+    python3 scripts/masks_check.py [--base LIB.so] [--quick]
+
+1. Sliding window 4096 at N = 32k (bf16, d = 128, B = 1, H = 16, causal, window (4095, 0)) against the
+   window's share of full attention: share = t_full * pairs(window) / pairs(full), ratio = share / t_window
+   (>= 0.9 is the target); full = causal and not causal; forward, and forward + backward.
+2. Bottom-right causal (KV-cache prefill: 2048 queries over 32768 keys) against torch's SDPA on the same
+   causal_lower_right bias (cuDNN / flash, whichever torch picks).
+3. No regression: the plain forward (not causal, causal) of this tree against --base, a library built from
+   main's sources, interleaved in the same process (the band's fields come after everything the old
+   library reads, so one parameter block serves both).
+Timings: triton.testing.do_bench medians; FLOPs 4 * pairs * d (forward), 2.5x that for the backward.
+"""
+import argparse
+import math
+
+import torch
+import triton
+
+from sympathy.attention import band, cuda
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")   # ms
+
+
+def pairs(n_q, n_kv, is_causal, offset=0, window=band.NO_WINDOW):
+    return int(band.band_mask(n_q, n_kv, is_causal, offset, window, device="cuda").sum())
+
+
+def forward(q, k, v, kernel, is_causal, offset=0, window=band.NO_WINDOW):
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    return lambda: cuda._launch(q, k, v, None, is_causal, scale, kernel, out=out, lse=lse, causal_offset=offset,
+                                window=window)
+
+
+def train_step(q, k, v, kernel, is_causal, window=band.NO_WINDOW):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    dout = torch.randn_like(q)
+
+    def run():
+        out = cuda.scaled_dot_product_attention(*leaves, is_causal=is_causal, kernel=kernel, window=window)
+        out.backward(dout)
+    return run
+
+
+def window_table(kernels, n=32768, heads=16, d=128, w=4096):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(1, heads, n, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    window = (w - 1, 0)
+    p_win, p_causal, p_full = pairs(n, n, True, 0, window), n * (n + 1) // 2, n * n
+    print(f"\n## window {w} at N = {n} (B = 1, H = {heads}, d = {d}, bf16): pairs window/causal "
+          f"{p_win / p_causal:.4f}, window/full {p_win / p_full:.4f}")
+    print("| kernel | pass | window ms | causal ms | full ms | window TFLOP/s | vs causal share | vs full share |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kernel in kernels:
+        for name, make, mult in (("fwd", forward, 1.0), ("fwd+bwd", train_step, 3.5)):
+            t_w = bench(make(q, k, v, kernel, True, window=window) if make is train_step else
+                        make(q, k, v, kernel, True, 0, window))
+            t_c = bench(make(q, k, v, kernel, True))
+            t_f = bench(make(q, k, v, kernel, False))
+            tflops = mult * 4 * heads * p_win * d / t_w / 1e9
+            print(f"| {kernel} | {name} | {t_w:.3f} | {t_c:.3f} | {t_f:.3f} | {tflops:.0f} | "
+                  f"{t_c * p_win / p_causal / t_w:.2f}x | {t_f * p_win / p_full / t_w:.2f}x |")
+
+
+def prefill_table(kernels, n_q=2048, n_kv=32768, heads=32, d=128):
+    from torch.nn.attention.bias import causal_lower_right
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(1, heads, n_q, d, generator=g, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, heads, n_kv, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    bias = causal_lower_right(n_q, n_kv)
+    flops = 4 * heads * pairs(n_q, n_kv, True, n_kv - n_q) * d
+    t_torch = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+    print(f"\n## bottom-right causal, {n_q} queries over {n_kv} keys (H = {heads}, d = {d}, bf16)")
+    print("| kernel | ms | TFLOP/s | torch SDPA (causal_lower_right) ms | ours / torch speed |")
+    print("|---|---|---|---|---|")
+    for kernel in kernels:
+        t = bench(forward(q, k, v, kernel, True, n_kv - n_q))
+        print(f"| {kernel} | {t:.3f} | {flops / t / 1e9:.0f} | {t_torch:.3f} | {t_torch / t:.2f}x |")
+
+
+def regression_table(base_path, kernels):
+    arch = cuda.device_arch()
+    ffi, new = cuda.library(arch)
+    old = ffi.dlopen(base_path)
+    print("\n## plain forward, this tree vs main (bf16, B*N = 16384, H*d = 2048; best of 3 interleaved medians)")
+    print("| kernel | d | N | causal | main TFLOP/s | this TFLOP/s | this / main |")
+    print("|---|---|---|---|---|---|---|")
+    for kernel in kernels:
+        for d in (64, 128):
+            for n in (2048, 8192):
+                heads, batch = 2048 // d, 16384 // n
+                g = torch.Generator(device="cuda").manual_seed(n + d)
+                q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=torch.bfloat16)
+                           for _ in range(3))
+                for causal in (False, True):
+                    fn = forward(q, k, v, kernel, causal)
+                    times = {"main": [], "this": []}
+                    for _ in range(3):
+                        for name, lib in (("main", old), ("this", new)):
+                            cuda._libs[arch] = lib
+                            times[name].append(bench(fn))
+                    cuda._libs[arch] = new
+                    flops = 4 * batch * heads * (n * (n + 1) // 2 if causal else n * n) * d
+                    t_old, t_new = min(times["main"]), min(times["this"])
+                    print(f"| {kernel} | {d} | {n} | {'yes' if causal else 'no'} | {flops / t_old / 1e9:.0f} | "
+                          f"{flops / t_new / 1e9:.0f} | {t_old / t_new:.3f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", help="main's library (built from its cuda_src) for the regression table")
+    ap.add_argument("--kernels", nargs="+", default=["hopper", "mma"])
+    args = ap.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__)
+    window_table(args.kernels)
+    prefill_table(args.kernels)
+    if args.base:
+        regression_table(args.base, args.kernels)
+
+
+if __name__ == "__main__":
+    main()
