@@ -214,3 +214,16 @@ def test_band_on_the_mask_and_math_paths(kernel, d, dtype):
         pytest.skip("needs an sm_90 GPU")
     q, k, v = make_inputs(1, 2, 1, 333, 400, d, dtype, "bhnd", seed=d)
     check_band_call(kernel, q, k, v, True, 67, (50, 0), grads=True)
+
+
+@pytest.mark.gpu
+def test_patch_routes_causal_lower_right_to_the_kernels():
+    """Inside sy.attention.patch(), torch's F.scaled_dot_product_attention with a causal_lower_right bias
+    runs on our kernels (counted as taken), with torch's answer."""
+    q, k, v = make_inputs(1, 2, 1, 200, 500, 64, torch.bfloat16, "bhnd", seed=3)
+    bias = causal_lower_right(200, 500)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    with sy.attention.patch() as stats:
+        got = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    assert (stats.taken, stats.fallbacks) == (1, 0), str(stats)
+    assert relative_error(got, want.double()) <= 2e-2

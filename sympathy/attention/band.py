@@ -99,3 +99,28 @@ def merge_mask(attn_mask, n_q: int, n_kv: int, is_causal: bool, causal_offset: i
     if attn_mask.dtype.is_floating_point:
         return attn_mask.masked_fill(~keep, -math.inf)
     return attn_mask & keep
+
+
+def match_band_mask(attn_mask, n_q: int, n_kv: int, sliding_window: Optional[int] = None):
+    """(causal_offset, window) when attn_mask, a boolean (B or 1, 1, Nq, Nk) mask, is one causal band for
+    every sequence: the diagonal where the last row's last visible key is, and with sliding_window keys
+    kv > q - sliding_window (transformers' sliding_window_overlay: window = (sliding_window - 1, 0)).
+    None for any other mask (padding, chunks, a static cache's unused keys): compared element for element,
+    so a mask that is not exactly the band is never taken for one. Not under torch.compile (data-dependent)."""
+    import torch
+
+    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool or attn_mask.dim() != 4:
+        return None
+    if attn_mask.shape[1] != 1 or tuple(attn_mask.shape[2:]) != (n_q, n_kv) or torch.compiler.is_compiling():
+        return None
+    if sliding_window is not None and (not _is_int(sliding_window) or sliding_window < 1):
+        return None
+    seen = attn_mask[0, 0, -1].nonzero()
+    if seen.numel() == 0:
+        return None
+    causal_offset = int(seen[-1]) - (n_q - 1)
+    window = (min(int(sliding_window) - 1, MAX_OFFSET), 0) if sliding_window else NO_WINDOW
+    want = band_mask(n_q, n_kv, True, causal_offset, window, device=attn_mask.device)
+    if not torch.equal(attn_mask[:, 0], want.expand(attn_mask.shape[0], n_q, n_kv)):
+        return None
+    return causal_offset, window
