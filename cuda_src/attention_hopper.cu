@@ -120,7 +120,7 @@ __device__ __forceinline__ TileWork tile_work(const TileScheduler &sched, int t,
     w.h = tile.h;
     w.b = tile.b;
     const int last_row = min(w.m0 + Tr::kBlockM, p.seqlen_q) - 1;
-    const BlockRange r = band_blocks(w.m0, last_row, p.seqlen_k, Tr::kBlockN, band);
+    const BlockRange r = band_blocks_in<kMode>(w.m0, last_row, p.seqlen_k, Tr::kBlockN, band);
     w.first_block = r.begin;
     w.n_blocks = max(r.end - r.begin, 1);
     w.unmasked_begin = r.unmasked_begin - r.begin;

@@ -43,7 +43,7 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
     // [r.unmasked_begin, r.unmasked_end) need no mask at all: every key exists and every row sees it.
     // No block at all (no row sees a key): acc and l_i stay 0, rows give 0 and an LSE of -inf.
     const int last_row = min(m0 + Tr::kBlockM, p.seqlen_q) - 1;
-    const BlockRange r = band_blocks(m0, last_row, p.seqlen_k, Tr::kBlockN, band);
+    const BlockRange r = band_blocks_in<kMode>(m0, last_row, p.seqlen_k, Tr::kBlockN, band);
     const int n_total = r.end;
 
     // ---- prologue: Q, then the first kStages - 1 K/V tiles, each its own cp.async group

@@ -111,7 +111,7 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     // Row i sees key j iff j - hi <= i <= j - lo (the band transposed, attention_band.cuh): query tiles
     // outside [m_first, m_total) see none of these keys; tiles in [unmasked_begin, unmasked_end) see
     // them all (causal: every row at or below the block's last key) and need no mask.
-    const BlockRange queries = band_blocks(n0, min(n0 + Tr::kBlockN, p.seqlen_k) - 1, p.seqlen_q, Tr::kBlockM,
+    const BlockRange queries = band_blocks_in<kMode>(n0, min(n0 + Tr::kBlockN, p.seqlen_k) - 1, p.seqlen_q, Tr::kBlockM,
                                            Band{-band.hi, -band.lo});
     const int m_first = queries.begin;
     const int m_total = queries.end;
@@ -302,7 +302,7 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     // The key blocks the band reaches; those in [keys.unmasked_begin, keys.unmasked_end) are wholly
     // present and seen whole by every row (attention_band.cuh).
     const int last_row = min(m0 + Tr::kBlockM, p.seqlen_q) - 1;
-    const BlockRange keys = band_blocks(m0, last_row, p.seqlen_k, Tr::kBlockN, band);
+    const BlockRange keys = band_blocks_in<kMode>(m0, last_row, p.seqlen_k, Tr::kBlockN, band);
 
     auto load_key_tile = [&](int n_block, int stage) {
         load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK) + stage * kStageBytes, gK, p.k_strides[2], n_block * Tr::kBlockN, p.seqlen_k);
