@@ -44,6 +44,15 @@ typedef struct sy_attn_params {
        side of -1 is unbounded (flash-attn's window_size). A row that sees no key gives 0, LSE -inf. */
     int causal_offset;
     int has_window, window_left, window_right;
+    /* A packed variable-length batch (hopper only, d 64/128; flash_attn_varlen_func's layout), or NULL:
+       sequence b holds rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q, o and each lse row, and rows
+       cu_seqlens_k[b] .. of k and v (batch sequences, int32 on the device, non-decreasing from 0). q and
+       o are then (total_q, Hq, d) and k, v (total_k, Hkv, d): the strides give (unused, head, row),
+       seqlen_q and seqlen_k are the totals, lse is (Hq, total_q), max_seqlen_q is at least the longest
+       sequence's queries. The band counts from each sequence's bottom right: causal_offset is added to
+       len_k - len_q (flash-attn's alignment). */
+    const int *cu_seqlens_q, *cu_seqlens_k;
+    int max_seqlen_q;
 } sy_attn_params;
 
 int sy_attn_naive_fwd(const sy_attn_params *params, void *stream);

@@ -68,8 +68,9 @@ __host__ __device__ __forceinline__ BlockRange band_blocks_in(int first, int las
 
 // The band of a launch, and its mode. seqlen_q and seqlen_k were checked by check_band.
 inline Band make_band(int is_causal, int causal_offset, int has_window, int window_left, int window_right,
-                      int seqlen_q, int seqlen_k, int *mode) {
-    const int64_t open_lo = -(static_cast<int64_t>(seqlen_q) + 1), open_hi = seqlen_k;
+                      int seqlen_q, int seqlen_k, int *mode, bool wide = false) {
+    const int64_t spare = wide ? static_cast<int64_t>(seqlen_q) + seqlen_k : 0;   // varlen: see sequence_band
+    const int64_t open_lo = -(static_cast<int64_t>(seqlen_q) + 1) - spare, open_hi = seqlen_k + spare;
     int64_t lo = open_lo, hi = open_hi;
     if (has_window && window_left >= 0) lo = static_cast<int64_t>(causal_offset) - window_left;
     if (is_causal) hi = causal_offset;
@@ -80,10 +81,18 @@ inline Band make_band(int is_causal, int causal_offset, int has_window, int wind
     return Band{static_cast<int>(lo), static_cast<int>(hi)};
 }
 
+// One sequence's band in a packed variable-length batch: the launch's band counts from the sequence's
+// bottom right (shift = len_k - len_q); make_band's open sides (wide = true: +-(Nq + Nk + 1) for the
+// totals) stay open after any shift, and the result is clamped into the sequence's own range.
+__host__ __device__ __forceinline__ Band sequence_band(Band band, int len_q, int len_k) {
+    const int shift = len_k - len_q;
+    return Band{min(max(band.lo + shift, -(len_q + 1)), len_k), min(max(band.hi + shift, -(len_q + 1)), len_k)};
+}
+
 // What a direct C caller could get wrong: windows below -1, and lengths whose row + bound would overflow.
 inline bool check_band(int has_window, int window_left, int window_right, int seqlen_q, int seqlen_k) {
     if (has_window && (window_left < -1 || window_right < -1)) return false;
-    return static_cast<int64_t>(seqlen_q) + seqlen_k + 1024 < (int64_t(1) << 30);
+    return static_cast<int64_t>(seqlen_q) + seqlen_k + 1024 < (int64_t(1) << 29);   // varlen: 3x plus a row
 }
 
 }  // namespace sy_attn

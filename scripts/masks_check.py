@@ -7,7 +7,10 @@
    (>= 0.9 is the target); full = causal and not causal; forward, and forward + backward.
 2. Bottom-right causal (KV-cache prefill: 2048 queries over 32768 keys) against torch's SDPA on the same
    causal_lower_right bias (cuDNN / flash, whichever torch picks).
-3. No regression: the plain forward (not causal, causal) of this tree against --base, a library built from
+3. Packed variable-length batch (sy.attention.varlen_attention, one hopper launch): 16384 tokens in sequences
+   of mixed lengths, causal, against cuDNN and flash on the same sequences padded to the longest (is_causal:
+   padding at the end never reaches a real row).
+4. No regression: the plain forward (not causal, causal) of this tree against --base, a library built from
    main's sources, interleaved in the same process (the band's fields come after everything the old
    library reads, so one parameter block serves both).
 Timings: triton.testing.do_bench medians; FLOPs 4 * pairs * d (forward), 2.5x that for the backward.
@@ -47,7 +50,7 @@ def train_step(q, k, v, kernel, is_causal, window=band.NO_WINDOW):
     return run
 
 
-def window_table(kernels, n=32768, heads=16, d=128, w=4096):
+def window_table(kernels, n=32768, heads=16, d=128, w=4096, quick=False):
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(1, heads, n, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     window = (w - 1, 0)
@@ -57,7 +60,7 @@ def window_table(kernels, n=32768, heads=16, d=128, w=4096):
     print("| kernel | pass | window ms | causal ms | full ms | window TFLOP/s | vs causal share | vs full share |")
     print("|---|---|---|---|---|---|---|---|")
     for kernel in kernels:
-        for name, make, mult in (("fwd", forward, 1.0), ("fwd+bwd", train_step, 3.5)):
+        for name, make, mult in (("fwd", forward, 1.0), ("fwd+bwd", train_step, 3.5))[:1 if quick else 2]:
             t_w = bench(make(q, k, v, kernel, True, window=window) if make is train_step else
                         make(q, k, v, kernel, True, 0, window))
             t_c = bench(make(q, k, v, kernel, True))
@@ -84,7 +87,34 @@ def prefill_table(kernels, n_q=2048, n_kv=32768, heads=32, d=128):
         print(f"| {kernel} | {t:.3f} | {flops / t / 1e9:.0f} | {t_torch:.3f} | {t_torch / t:.2f}x |")
 
 
-def regression_table(base_path, kernels):
+def varlen_table(heads=16, d=128):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import sympathy as sy
+
+    lens = [4096, 3000, 2048, 2048, 1500, 1024, 1024, 700, 512, 256, 100, 68, 4]   # 16376 tokens
+    g = torch.Generator(device="cuda").manual_seed(2)
+    total, longest = sum(lens), max(lens)
+    q, k, v = (torch.randn(total, heads, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+    flops = 4 * heads * d * sum(n * (n + 1) // 2 for n in lens)
+    t_ours = bench(lambda: sy.attention.varlen_attention(q, k, v, cu, cu, longest, longest, causal=True))
+    padded = [torch.zeros(len(lens), heads, longest, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    for b, (s, n) in enumerate(zip(cu.tolist(), lens)):
+        for dst, src in zip(padded, (q, k, v)):
+            dst[b, :, :n] = src[s:s + n].transpose(0, 1)
+    print(f"\n## packed varlen, {len(lens)} sequences, {total} tokens, longest {longest} (H = {heads}, d = {d}, bf16, causal)")
+    print("| variant | ms | TFLOP/s (real tokens) | cuDNN padded / variant |")
+    print("|---|---|---|---|")
+    times = {"ours varlen (hopper)": t_ours}
+    for name, backend in (("sdpa cudnn padded", SDPBackend.CUDNN_ATTENTION), ("sdpa flash padded", SDPBackend.FLASH_ATTENTION)):
+        with sdpa_kernel(backend):
+            times[name] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(*padded, is_causal=True))
+    for name, t in times.items():
+        print(f"| {name} | {t:.3f} | {flops / t / 1e9:.0f} | {times['sdpa cudnn padded'] / t:.2f}x |")
+
+
+def regression_table(base_path, kernels, quick=False):
     arch = cuda.device_arch()
     ffi, new = cuda.library(arch)
     old = ffi.dlopen(base_path)
@@ -93,7 +123,7 @@ def regression_table(base_path, kernels):
     print("|---|---|---|---|---|---|---|")
     for kernel in kernels:
         for d in (64, 128):
-            for n in (2048, 8192):
+            for n in (8192,) if quick else (2048, 8192):
                 heads, batch = 2048 // d, 16384 // n
                 g = torch.Generator(device="cuda").manual_seed(n + d)
                 q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=torch.bfloat16)
@@ -116,12 +146,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", help="main's library (built from its cuda_src) for the regression table")
     ap.add_argument("--kernels", nargs="+", default=["hopper", "mma"])
+    ap.add_argument("--quick", action="store_true", help="forward only, N = 8192 only in the regression table")
     args = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__)
-    window_table(args.kernels)
+    window_table(args.kernels, quick=args.quick)
     prefill_table(args.kernels)
+    if "hopper" in args.kernels:
+        varlen_table()
     if args.base:
-        regression_table(args.base, args.kernels)
+        regression_table(args.base, args.kernels, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -227,3 +227,78 @@ def test_patch_routes_causal_lower_right_to_the_kernels():
         got = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     assert (stats.taken, stats.fallbacks) == (1, 0), str(stats)
     assert relative_error(got, want.double()) <= 2e-2
+
+
+# ---- packed variable-length batches (sympathy/attention/varlen.py) ------------------------------------
+def packed(lengths_q, lengths_k, Hkv, group, d, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(lengths_q), Hkv * group, d, generator=gen).to(dtype)
+    k, v = (torch.randn(sum(lengths_k), Hkv, d, generator=gen).to(dtype) for _ in range(2))
+    cu = [torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32) for lens in
+          (lengths_q, lengths_k)]
+    return q, k, v, cu[0], cu[1]
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (dict(cu_seqlens_q=torch.tensor([0, 3, 2, 9], dtype=torch.int32)), ValueError, "without falling"),
+    (dict(cu_seqlens_q=torch.tensor([0, 3, 5, 8], dtype=torch.int32)), ValueError, "rise from 0 to the 9 rows"),
+    (dict(cu_seqlens_k=torch.tensor([0, 3, 5, 9], dtype=torch.int64)), TypeError, "int32"),
+    (dict(max_seqlen_q=2), ValueError, "longest sequence"),
+    (dict(dropout_p=0.1), NotImplementedError, "dropout"),
+    (dict(window_size=(-3, 0)), ValueError, ">= -1"),
+    (dict(q=torch.randn(9, 2, 32, dtype=torch.bfloat16)), ValueError, "head_dim"),
+    (dict(kernel="tiled"), ValueError, "kernel must be"),
+    (dict(), ValueError, "CUDA device"),
+])
+def test_varlen_arguments_are_checked_before_any_device_is_touched(change, error, words):
+    q, k, v, cu_q, cu_k = packed([4, 0, 5], [3, 2, 4], 1, 2, 64, torch.bfloat16, 0)
+    args = dict(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=5, max_seqlen_k=4)
+    args.update(change)
+    with pytest.raises(error, match=words):
+        sy.attention.varlen_attention(**args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", BAND_KERNELS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_varlen_matches_float64_per_sequence(kernel, data):
+    """Lists of sequence lengths with empty and length-1 sequences (queries and keys apart): each sequence
+    against float64 with its own bottom-right band; gradients too."""
+    skip_unless_runnable(kernel)
+    n = data.draw(st.integers(1, 6), label="batch")
+    length = st.one_of(st.sampled_from([0, 1, 1]), st.integers(0, 300))
+    lens_q = data.draw(st.lists(length, min_size=n, max_size=n), label="lens_q")
+    lens_k = data.draw(st.one_of(st.just(lens_q), st.lists(length, min_size=n, max_size=n)), label="lens_k")
+    if sum(lens_q) == 0 or sum(lens_k) == 0:
+        lens_q, lens_k = lens_q[:-1] + [1], lens_k[:-1] + [1]
+    d = data.draw(st.sampled_from([64, 128]), label="d")
+    dtype = data.draw(st.sampled_from([torch.bfloat16, torch.float16]), label="dtype")
+    causal = data.draw(st.booleans(), label="causal")
+    window = data.draw(st.sampled_from([(-1, -1), (16, 0), (0, 0), (40, 7), (500, -1)]), label="window")
+    group = data.draw(st.sampled_from([1, 2]), label="group")
+    q, k, v, cu_q, cu_k = (t.cuda() for t in packed(lens_q, lens_k, 2, group, d, dtype, data.draw(st.integers(0, 99))))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, lse = sy.attention.varlen_attention(*leaves, cu_q, cu_k, max(lens_q) + data.draw(st.integers(0, 200)),
+                                             max(lens_k), causal=causal, window_size=window, kernel=kernel,
+                                             return_lse=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    sq = sk = 0
+    for n_q, n_k in zip(lens_q, lens_k):
+        if n_q:
+            views = [t[sq:sq + n_q].transpose(0, 1)[None] for t in (q, dout)]
+            kv = [t[sk:sk + n_k].transpose(0, 1)[None].repeat_interleave(group, 1) for t in (k, v)]
+            mask = band.band_mask(n_q, n_k, causal, n_k - n_q, window, device="cuda")
+            ref_out, ref_lse = reference(views[0], *kv, attn_mask=mask) if n_k else (
+                torch.zeros_like(views[0], dtype=torch.float64), torch.full(views[0].shape[:3], -math.inf).cuda())
+            assert_close(out[sq:sq + n_q].transpose(0, 1)[None], lse[:, sq:sq + n_q][None], ref_out, ref_lse, dtype)
+            if n_k:
+                o = out[sq:sq + n_q].transpose(0, 1)[None].detach()
+                want = list(reference_grads(views[0], *kv, views[1], out=o, attn_mask=mask))
+                got = [leaves[0].grad[sq:sq + n_q]] + [t.grad[sk:sk + n_k] for t in leaves[1:]]
+                want[1:] = [w.view(1, 2, group, n_k, d).sum(2) for w in want[1:]]   # a GQA group's sum
+                for g, w in zip(got, want):
+                    assert relative_error(g.transpose(0, 1)[None], w) <= GRAD_TOLERANCE[dtype]
+        sq, sk = sq + n_q, sk + n_k
+    assert not any(torch.isnan(t.grad).any() for t in leaves)
