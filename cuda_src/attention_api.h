@@ -92,6 +92,12 @@ typedef struct sy_attn_bwd_params {
     int dtype;
     int causal_offset;                          /* the band, as in sy_attn_params */
     int has_window, window_left, window_right;
+    /* A packed variable-length batch (hopper only), as in sy_attn_params: q, o, dout, dq (total_q, Hq, d)
+       and k, v, dk, dv (total_k, Hkv, d) by (unused, head, row) strides, lse (Hq, total_q); seqlen_q and
+       seqlen_k the totals, batch the sequences. Workspaces: delta and lse_log2 (B, Hq, max_seqlen_q rounded
+       up to SY_ATTN_BWD_ROW_ALIGN), dq_accum (Hq, total_q, d), dk_accum and dv_accum (Hq, total_k, d). */
+    const int *cu_seqlens_q, *cu_seqlens_k;
+    int max_seqlen_q, max_seqlen_k;
 } sy_attn_bwd_params;
 
 int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);

@@ -447,7 +447,7 @@ extern "C" int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream) {
     if (status != kOk) return status;
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
-    if (p.dtype == SY_ATTN_F32) return kUnsupported;
+    if (p.dtype == SY_ATTN_F32 || p.cu_seqlens_q || p.cu_seqlens_k) return kUnsupported;   // varlen: hopper only
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!p.lse_log2 || (!p.deterministic && !p.dq_accum)) return kInvalid;
     if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;

@@ -258,30 +258,12 @@ def test_varlen_arguments_are_checked_before_any_device_is_touched(change, error
         sy.attention.varlen_attention(**args)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", BAND_KERNELS)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_varlen_matches_float64_per_sequence(kernel, data):
-    """Lists of sequence lengths with empty and length-1 sequences (queries and keys apart): each sequence
-    against float64 with its own bottom-right band; gradients too."""
-    skip_unless_runnable(kernel)
-    n = data.draw(st.integers(1, 6), label="batch")
-    length = st.one_of(st.sampled_from([0, 1, 1]), st.integers(0, 300))
-    lens_q = data.draw(st.lists(length, min_size=n, max_size=n), label="lens_q")
-    lens_k = data.draw(st.one_of(st.just(lens_q), st.lists(length, min_size=n, max_size=n)), label="lens_k")
-    if sum(lens_q) == 0 or sum(lens_k) == 0:
-        lens_q, lens_k = lens_q[:-1] + [1], lens_k[:-1] + [1]
-    d = data.draw(st.sampled_from([64, 128]), label="d")
-    dtype = data.draw(st.sampled_from([torch.bfloat16, torch.float16]), label="dtype")
-    causal = data.draw(st.booleans(), label="causal")
-    window = data.draw(st.sampled_from([(-1, -1), (16, 0), (0, 0), (40, 7), (500, -1)]), label="window")
-    group = data.draw(st.sampled_from([1, 2]), label="group")
-    q, k, v, cu_q, cu_k = (t.cuda() for t in packed(lens_q, lens_k, 2, group, d, dtype, data.draw(st.integers(0, 99))))
+def check_varlen(kernel, lens_q, lens_k, d, dtype, causal, window, group, extra_max=0, seed=0):
+    """Each sequence's output, LSE and dq, dk, dv against float64 with its own bottom-right band."""
+    q, k, v, cu_q, cu_k = (t.cuda() for t in packed(lens_q, lens_k, 2, group, d, dtype, seed))
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    out, lse = sy.attention.varlen_attention(*leaves, cu_q, cu_k, max(lens_q) + data.draw(st.integers(0, 200)),
-                                             max(lens_k), causal=causal, window_size=window, kernel=kernel,
-                                             return_lse=True)
+    out, lse = sy.attention.varlen_attention(*leaves, cu_q, cu_k, max(lens_q) + extra_max, max(lens_k), causal=causal,
+                                             window_size=window, kernel=kernel, return_lse=True)
     dout = torch.randn_like(out)
     out.backward(dout)
     sq = sk = 0
@@ -300,5 +282,40 @@ def test_varlen_matches_float64_per_sequence(kernel, data):
                 want[1:] = [w.view(1, 2, group, n_k, d).sum(2) for w in want[1:]]   # a GQA group's sum
                 for g, w in zip(got, want):
                     assert relative_error(g.transpose(0, 1)[None], w) <= GRAD_TOLERANCE[dtype]
+        elif n_k:   # keys no query sees: zero gradients
+            assert not leaves[1].grad[sk:sk + n_k].any() and not leaves[2].grad[sk:sk + n_k].any()
         sq, sk = sq + n_q, sk + n_k
     assert not any(torch.isnan(t.grad).any() for t in leaves)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", BAND_KERNELS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_varlen_matches_float64_per_sequence(kernel, data):
+    """Lists of sequence lengths with empty and length-1 sequences (queries and keys apart): each sequence
+    against float64 with its own bottom-right band; gradients too."""
+    skip_unless_runnable(kernel)
+    n = data.draw(st.integers(1, 6), label="batch")
+    length = st.one_of(st.sampled_from([0, 1, 1]), st.integers(0, 300))
+    lens_q = data.draw(st.lists(length, min_size=n, max_size=n), label="lens_q")
+    lens_k = data.draw(st.one_of(st.just(lens_q), st.lists(length, min_size=n, max_size=n)), label="lens_k")
+    if sum(lens_q) == 0 or sum(lens_k) == 0:
+        lens_q, lens_k = lens_q[:-1] + [1], lens_k[:-1] + [1]
+    check_varlen(kernel, lens_q, lens_k, data.draw(st.sampled_from([64, 128]), label="d"),
+                 data.draw(st.sampled_from([torch.bfloat16, torch.float16]), label="dtype"),
+                 data.draw(st.booleans(), label="causal"),
+                 data.draw(st.sampled_from([(-1, -1), (16, 0), (0, 0), (40, 7), (500, -1)]), label="window"),
+                 data.draw(st.sampled_from([1, 2]), label="group"), data.draw(st.integers(0, 200), label="extra_max"),
+                 data.draw(st.integers(0, 99), label="seed"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lens_q, lens_k, causal, window", [
+    ([1000, 0, 513, 1, 700], [1000, 37, 513, 900, 300], True, (-1, -1)),   # many blocks, empty and one-row sequences
+    ([1500, 400], [1500, 400], True, (255, 0)),                            # windows inside long sequences
+    ([600, 600], [900, 200], False, (-1, -1)),                             # Nq != Nk, not causal: ragged key blocks
+])
+def test_varlen_hopper_over_many_blocks(lens_q, lens_k, causal, window):
+    skip_unless_runnable("hopper")
+    check_varlen("hopper", lens_q, lens_k, 128, torch.bfloat16, causal, window, 2, seed=len(lens_q))

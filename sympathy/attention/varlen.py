@@ -11,8 +11,9 @@ producer skips the blocks past a sequence's end, and each tile reads its sequenc
 `causal` and `window_size` are flash-attn's: aligned to each sequence's bottom right (row i of a
 sequence sees keys up to i + len_k - len_q), -1 an open side; a row that sees no key gives 0.
 
-Differentiable in q, k, v: the backward runs the band backward (hopper or mma) once per sequence on
-views of the packed tensors (correct; one launch per sequence, so slower than a packed backward).
+Differentiable in q, k, v: on sm_90 the backward is one packed `hopper` backward launch
+(cuda_src/attention_hopper_bwd.cu, kVarlenFlag: key blocks past a sequence's keys leave at once); with
+`mma` the band backward runs once per sequence on views of the packed tensors.
 dropout_p must be 0 (the kernels have no dropout yet).
 """
 import math
@@ -130,6 +131,43 @@ def _forward(q, k, v, cu_q, cu_k, max_seqlen_q, causal, window, scale, kernel, l
     return out, lse
 
 
+def _backward_packed(dout, q, k, v, out, lse, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal, window, scale,
+                     lens_q):
+    """(dq, dk, dv) by one hopper backward launch over the packed batch (workspaces: attention_api.h)."""
+    torch = cuda._torch()
+    total_q, Hq, d = q.shape
+    total_k, Hkv = k.shape[:2]
+    q_k, scale_k, dq_sign = cuda._kernel_q_and_scale(q, scale)
+    ffi, lib = cuda.library(cuda.device_arch(q.device))
+    grads = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v)]
+    f32 = dict(dtype=torch.float32, device=q.device)
+    rows = -(-max_seqlen_q // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
+    delta, lse_log2 = torch.empty((len(lens_q), Hq, rows), **f32), torch.empty((len(lens_q), Hq, rows), **f32)
+    dq_accum = torch.empty((Hq, total_q, d), **f32)
+    dk_accum, dv_accum = (None, None) if Hq == Hkv else (torch.empty((Hq, total_k, d), **f32) for _ in range(2))
+    p = ffi.new("sy_attn_bwd_params *")
+    for field, t in (("q", q_k), ("k", k), ("v", v), ("o", out), ("dout", dout),
+                     ("dq", grads[0]), ("dk", grads[1]), ("dv", grads[2])):
+        setattr(p, field, ffi.cast("void *", t.data_ptr()))
+        getattr(p, f"{field}_strides")[0:3] = [0, t.stride(1), t.stride(0)]   # (unused batch, head, row)
+    p.lse = ffi.cast("float *", lse.data_ptr())
+    for field, t in (("dq_accum", dq_accum), ("dk_accum", dk_accum), ("dv_accum", dv_accum), ("delta", delta),
+                     ("lse_log2", lse_log2)):
+        setattr(p, field, ffi.NULL if t is None else ffi.cast("float *", t.data_ptr()))
+    p.cu_seqlens_q, p.cu_seqlens_k = ffi.cast("int *", cu_q.data_ptr()), ffi.cast("int *", cu_k.data_ptr())
+    p.max_seqlen_q, p.max_seqlen_k = max_seqlen_q, max_seqlen_k
+    p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = len(lens_q), Hq, Hkv, total_q, total_k, d
+    p.scale, p.is_causal, p.deterministic = scale_k, int(causal), 0
+    cuda._set_band(p, 0, window)
+    p.dtype = cuda._DTYPE_CODES[str(q.dtype).replace("torch.", "")]
+    with torch.cuda.device(q.device):
+        status = lib.sy_attn_hopper_bwd(p, ffi.cast("void *", torch.cuda.current_stream(q.device).cuda_stream))
+    cuda._raise_for_status(status, lib, f"varlen attention backward (batch {len(lens_q)}, Hq={Hq}, d={d})")
+    if dq_sign < 0:
+        grads[0].neg_()
+    return grads
+
+
 def _backward(dout, q, k, v, out, lse, causal, window, scale, kernel, lens_q, lens_k):
     """(dq, dk, dv): the band backward per sequence on views (zeros where a sequence has no queries or keys)."""
     torch = cuda._torch()
@@ -172,7 +210,11 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
         @staticmethod
         def backward(ctx, dout, _dlse):
             q, k, v, out, lse = ctx.saved_tensors
-            return tuple(_backward(dout.contiguous(), q, k, v, out, lse, causal, window, scale, kernel, lens_q, lens_k))
+            dout = dout.contiguous()
+            if kernel == "hopper":
+                return tuple(_backward_packed(dout, *(t.contiguous() for t in (q, k, v)), out, lse, cu_seqlens_q,
+                                              cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, scale, lens_q))
+            return tuple(_backward(dout, q, k, v, out, lse, causal, window, scale, kernel, lens_q, lens_k))
 
     out, lse = VarlenAttention.apply(q, k, v)
     return (out, lse) if return_lse else out
