@@ -8,7 +8,7 @@
  * Layouts: q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d), any strides in elements whose last dimension
  * is 1; o (B, Hq, Nq, d) with its own strides; lse (B, Hq, Nq) float32 contiguous. Query head h
  * reads key/value head h / (Hq / Hkv) (GQA). Causal masking is top-left aligned (torch's SDPA):
- * query row i sees keys 0..i.
+ * query row i sees keys 0..i, unless causal_offset moves the diagonal (the band: sy_attn_params).
  */
 #ifndef SY_ATTENTION_API_H
 #define SY_ATTENTION_API_H
@@ -36,6 +36,23 @@ typedef struct sy_attn_params {
     int dtype;                      /* enum sy_attn_dtype */
     int *tile_counter;              /* hopper only: one int of device scratch (no initial value) for its
                                        persistent tile scheduler, or NULL for one block per tile */
+    /* The band (mma and hopper, forward and backward; naive and tiled answer SY_EUNSUPPORTED unless
+       all three are 0): query row i sees key j iff
+           i + causal_offset - window_left <= j <= i + causal_offset + window_right.
+       causal_offset: 0 is torch's top-left alignment, Nk - Nq bottom-right (flash-attn's, KV-cache
+       prefill). is_causal sets window_right to 0. The window counts only when has_window is set; a
+       side of -1 is unbounded (flash-attn's window_size). A row that sees no key gives 0, LSE -inf. */
+    int causal_offset;
+    int has_window, window_left, window_right;
+    /* A packed variable-length batch (hopper only, d 64/128; flash_attn_varlen_func's layout), or NULL:
+       sequence b holds rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q, o and each lse row, and rows
+       cu_seqlens_k[b] .. of k and v (batch sequences, int32 on the device, non-decreasing from 0). q and
+       o are then (total_q, Hq, d) and k, v (total_k, Hkv, d): the strides give (unused, head, row),
+       seqlen_q and seqlen_k are the totals, lse is (Hq, total_q), max_seqlen_q is at least the longest
+       sequence's queries. The band counts from each sequence's bottom right: causal_offset is added to
+       len_k - len_q (flash-attn's alignment). */
+    const int *cu_seqlens_q, *cu_seqlens_k;
+    int max_seqlen_q;
 } sy_attn_params;
 
 int sy_attn_naive_fwd(const sy_attn_params *params, void *stream);
@@ -73,6 +90,14 @@ typedef struct sy_attn_bwd_params {
     int is_causal;
     int deterministic;
     int dtype;
+    int causal_offset;                          /* the band, as in sy_attn_params */
+    int has_window, window_left, window_right;
+    /* A packed variable-length batch (hopper only), as in sy_attn_params: q, o, dout, dq (total_q, Hq, d)
+       and k, v, dk, dv (total_k, Hkv, d) by (unused, head, row) strides, lse (Hq, total_q); seqlen_q and
+       seqlen_k the totals, batch the sequences. Workspaces: delta and lse_log2 (B, Hq, max_seqlen_q rounded
+       up to SY_ATTN_BWD_ROW_ALIGN), dq_accum (Hq, total_q, d), dk_accum and dv_accum (Hq, total_k, d). */
+    const int *cu_seqlens_q, *cu_seqlens_k;
+    int max_seqlen_q, max_seqlen_k;
 } sy_attn_bwd_params;
 
 int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);

@@ -29,15 +29,25 @@ preprocess_kernel(const sy_attn_bwd_params p, int rows_per_head) {
     const int h = blockIdx.y, b = blockIdx.z;
     if (row >= rows_per_head) return;
     const int64_t out = bwd_row_index(p, b, h, row, rows_per_head);
-    if (row >= p.seqlen_q) {
+    // Varlen (hopper): sequence b's rows of the packed o, dout and lse (Hq, total_q).
+    int len_q = p.seqlen_q, row0 = 0, head_b = b;
+    int64_t lse_at = bwd_row_index(p, b, h, row, p.seqlen_q);
+    if (p.cu_seqlens_q) {
+        row0 = p.cu_seqlens_q[b];
+        len_q = p.cu_seqlens_q[b + 1] - row0;
+        head_b = 0;
+        lse_at = static_cast<int64_t>(h) * p.seqlen_q + row0 + row;
+    }
+    if (row >= len_q) {
         if (lane == 0) {
             p.delta[out] = 0.f;
             if (p.lse_log2) p.lse_log2[out] = INFINITY;
         }
         return;
     }
-    const T *o = head_base(static_cast<const T *>(p.o), p.o_strides, b, h) + row * p.o_strides[2];
-    const T *dout = head_base(static_cast<const T *>(p.dout), p.dout_strides, b, h) + row * p.dout_strides[2];
+    const T *o = head_base(static_cast<const T *>(p.o), p.o_strides, head_b, h) + int64_t(row0 + row) * p.o_strides[2];
+    const T *dout = head_base(static_cast<const T *>(p.dout), p.dout_strides, head_b, h) +
+                    int64_t(row0 + row) * p.dout_strides[2];
     float sum = 0.f;
     for (int c = lane; c < p.head_dim; c += 32) sum += to_float(o[c]) * to_float(dout[c]);
 #pragma unroll
@@ -45,7 +55,7 @@ preprocess_kernel(const sy_attn_bwd_params p, int rows_per_head) {
     if (lane == 0) {
         p.delta[out] = sum;
         if (p.lse_log2) {
-            const float lse = p.lse[bwd_row_index(p, b, h, row, p.seqlen_q)];
+            const float lse = p.lse[lse_at];
             p.lse_log2[out] = isfinite(lse) ? lse * kLog2e : INFINITY;
         }
     }

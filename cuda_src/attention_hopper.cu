@@ -17,6 +17,7 @@
 // The sm_90a body is compiled only where the arch-specific features exist (__CUDA_ARCH_FEAT_SM90_ALL);
 // other targets (CI compiles every file for sm_80) get an empty kernel that the launcher never runs:
 // it answers SY_EUNSUPPORTED unless the device is sm_90 and the loaded kernel was built for it.
+#include "attention_band.cuh"       // the causal / sliding-window band: Band, band_blocks
 #include "attention_common.cuh"
 #include "hopper_primitives.cuh"   // PTX wrappers, tensor maps, SY_HOPPER_DEVICE_CODE
 #include "hopper_traits.cuh"
@@ -26,10 +27,14 @@
 namespace sy_attn {
 namespace {
 
+// A kernel's mode: the band's (attention_band.cuh) in the low bits, plus kVarlenFlag for a packed
+// variable-length batch (p.cu_seqlens_q: each tile reads its sequence's offsets and lengths).
+constexpr int kVarlenFlag = 4;
+
 // ---- the tile order ------------------------------------------------------------------------------------
 // Tile t: query block m of head (b, h), heads one after another, so the ~132 tiles in flight cover a
-// few heads and re-read their K/V from L2. Causal: inside a head from the last query block, which
-// sees the most keys, to the first, so long tiles start first and short ones fill the end.
+// few heads and re-read their K/V from L2. Causal (and windows): inside a head from the last query
+// block, which sees the most keys, to the first, so long tiles start first and short ones fill the end.
 //
 // With a tile counter (p.tile_counter) the grid is persistent, one block per SM: block i starts on
 // tile i and then takes the next untaken tile from the counter (a dynamic schedule: a block that
@@ -93,34 +98,52 @@ struct SharedTiles {
 };
 
 // ---- one tile as producer and consumers walk it ------------------------------------------------------
-// Query block m0 of head (b, h); its key blocks: all, or (causal) up to its last row's diagonal; those
-// below n_unmasked have every key present and (causal) lie left of the first row's diagonal. Every
-// consumer warpgroup walks the same blocks (the ring is shared); a block fully above the diagonal for
-// warpgroup 0's rows is masked to zero weight, at most one per query block. (Letting each warpgroup
-// stop at its own rows' diagonal, which at d = 64 cuts the causal work masked away from 11-16 % to
-// 3-6 %, measured no faster: docs/notes-hopper.md v9.) kv0: the ring index of block 0; q_buf: the
-// Q buffer (tiles alternate between kQBuffers).
+// Query block m0 of head (b, h); its key blocks first_block .. first_block + n_blocks - 1: all, or
+// those the band reaches (attention_band.cuh: up to the last row's diagonal when causal, from the first
+// row's window start when local). Blocks j (counted from first_block) in [unmasked_begin, unmasked_end)
+// are seen whole by every row; the others sit on the band's edges or hold the ragged end and are
+// masked. Every consumer warpgroup walks the same blocks (the ring is shared); a block fully above the
+// diagonal for warpgroup 0's rows is masked to zero weight, at most one per query block. (Letting each
+// warpgroup stop at its own rows' diagonal, which at d = 64 cuts the causal work masked away from
+// 11-16 % to 3-6 %, measured no faster: docs/notes-hopper.md v9.) A tile none of whose rows sees a key
+// still walks one block, fully masked: its rows give 0 and an LSE of -inf through the softmax's guard,
+// and the pipeline keeps its shape. kv0: the ring index of block 0; q_buf: the Q buffer (tiles
+// alternate between kQBuffers).
 struct TileWork {
     int m0, h, b;
-    int n_blocks, n_unmasked;
+    int first_block, n_blocks, unmasked_begin, unmasked_end;
     int kv0, q_buf;
 };
 
-template <class Tr, bool kCausal>
-__device__ __forceinline__ TileWork tile_work(const TileScheduler &sched, int t, const sy_attn_params &p, int kv0,
-                                              int tile_iter) {
-    const TileScheduler::Tile tile = sched.tile(t, kCausal);
+// Varlen: sequence b's query and key lengths and its band (from its bottom right); otherwise the launch's.
+template <int kMode>
+__device__ __forceinline__ void sequence(const sy_attn_params &p, int b, int &len_q, int &len_k, Band &band) {
+    len_q = p.seqlen_q;
+    len_k = p.seqlen_k;
+    if constexpr ((kMode & kVarlenFlag) != 0) {
+        len_q = __ldg(p.cu_seqlens_q + b + 1) - __ldg(p.cu_seqlens_q + b);
+        len_k = __ldg(p.cu_seqlens_k + b + 1) - __ldg(p.cu_seqlens_k + b);
+        band = sequence_band(band, len_q, len_k);
+    }
+}
+
+template <class Tr, int kMode>
+__device__ __forceinline__ TileWork tile_work(const TileScheduler &sched, int t, const sy_attn_params &p, Band band,
+                                              int kv0, int tile_iter) {
+    constexpr int kBand = kMode & 3;
+    const TileScheduler::Tile tile = sched.tile(t, kBand != kBandNone);
     TileWork w;
     w.m0 = tile.m_block * Tr::kBlockM;
     w.h = tile.h;
     w.b = tile.b;
-    const int last_row = min(w.m0 + Tr::kBlockM, p.seqlen_q) - 1;
-    w.n_blocks = ceil_div(p.seqlen_k, Tr::kBlockN);
-    w.n_unmasked = p.seqlen_k / Tr::kBlockN;
-    if (kCausal) {
-        w.n_blocks = min(w.n_blocks, last_row / Tr::kBlockN + 1);
-        w.n_unmasked = min(w.n_unmasked, (w.m0 + 1) / Tr::kBlockN);
-    }
+    int len_q, len_k;
+    sequence<kMode>(p, w.b, len_q, len_k, band);
+    const int last_row = min(w.m0 + Tr::kBlockM, len_q) - 1;
+    const BlockRange r = band_blocks_in<kBand>(w.m0, last_row, len_k, Tr::kBlockN, band);
+    w.first_block = r.begin;
+    w.n_blocks = max(r.end - r.begin, 1);
+    w.unmasked_begin = r.unmasked_begin - r.begin;
+    w.unmasked_end = r.unmasked_end - r.begin;
     w.kv0 = kv0;
     w.q_buf = tile_iter % Tr::kQBuffers;
     return w;
@@ -132,8 +155,10 @@ __device__ __forceinline__ TileWork tile_work(const TileScheduler &sched, int t,
 // and four integer instructions more per wgmma (the SASS of the first cut). A shuffle from lane 0
 // per tile settles it.
 __device__ __forceinline__ TileWork uniform(TileWork w) {
+    w.first_block = __shfl_sync(0xffffffffu, w.first_block, 0);
     w.n_blocks = __shfl_sync(0xffffffffu, w.n_blocks, 0);
-    w.n_unmasked = __shfl_sync(0xffffffffu, w.n_unmasked, 0);
+    w.unmasked_begin = __shfl_sync(0xffffffffu, w.unmasked_begin, 0);
+    w.unmasked_end = __shfl_sync(0xffffffffu, w.unmasked_end, 0);
     w.kv0 = __shfl_sync(0xffffffffu, w.kv0, 0);
     w.q_buf = __shfl_sync(0xffffffffu, w.q_buf, 0);
     return w;
@@ -142,40 +167,44 @@ __device__ __forceinline__ TileWork uniform(TileWork w) {
 // ---- the producer: one thread issues every copy ---------------------------------------------------
 // Q of tile w into its buffer, then its K/V blocks through the ring. kv_iter counts K/V blocks over
 // all tiles of this block: it names the ring stage and its lap.
+// q_row0, k_row0, batch: where the tile's sequence starts in the tensor maps (varlen: its first packed
+// row, batch 0; otherwise row 0 of batch w.b).
 template <class Tr>
 __device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
-                                             const CUtensorMap *tm_v, const TileWork &w, int h_kv, int &kv_iter) {
+                                             const CUtensorMap *tm_v, const TileWork &w, int h_kv, int &kv_iter,
+                                             int q_row0, int k_row0, int batch) {
     Barriers<Tr> &bar = *sm.bars;
     unsigned char *q = sm.q + w.q_buf * Tr::kQBytes;
     mbar_arrive_expect_tx(smem_addr(&bar.q_full[w.q_buf]), Tr::kQBytes);
 #pragma unroll
     for (int p = 0; p < Tr::kPanels; ++p)
         tma_load_4d(smem_addr(q + p * Tr::kQPanelBytes), tm_q, smem_addr(&bar.q_full[w.q_buf]), p * Tr::kPanelCols,
-                    w.m0, w.h, w.b);
+                    q_row0 + w.m0, w.h, batch);
     for (int j = 0; j < w.n_blocks; ++j, ++kv_iter) {
         const int stage = kv_iter % Tr::kStages;
         // A fresh barrier counts as having completed the phase before its first, so the first lap
         // waits on parity 1 and passes at once; lap L waits for the consumers' release of lap L-1.
         const uint32_t empty_parity = ((kv_iter / Tr::kStages) & 1) ^ 1;
-        const int row = j * Tr::kBlockN;
+        const int row = k_row0 + (w.first_block + j) * Tr::kBlockN;
         mbar_wait(smem_addr(&bar.k_empty[stage]), empty_parity);
         mbar_arrive_expect_tx(smem_addr(&bar.k_full[stage]), Tr::kKVBytes);
 #pragma unroll
         for (int p = 0; p < Tr::kPanels; ++p)
             tma_load_4d(smem_addr(sm.k + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.k_full[stage]),
-                        p * Tr::kPanelCols, row, h_kv, w.b);
+                        p * Tr::kPanelCols, row, h_kv, batch);
         mbar_wait(smem_addr(&bar.v_empty[stage]), empty_parity);
         mbar_arrive_expect_tx(smem_addr(&bar.v_full[stage]), Tr::kKVBytes);
 #pragma unroll
         for (int p = 0; p < Tr::kPanels; ++p)
             tma_load_4d(smem_addr(sm.v + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.v_full[stage]),
-                        p * Tr::kPanelCols, row, h_kv, w.b);
+                        p * Tr::kPanelCols, row, h_kv, batch);
     }
 }
 
 // ---- a consumer warpgroup: 64 query rows ------------------------------------------------------------
-template <class Tr, typename T, bool kCausal>
+template <class Tr, typename T, int kMode>
 struct Consumer {
+    static constexpr int kBand = kMode & 3;
     static constexpr int kNTilesS = Tr::kBlockN / 8;   // n8 column tiles of S
     static constexpr int kNTilesO = Tr::kHeadDim / 8;  // n8 column tiles of O
     using GemmS = typename WgmmaN<Tr::kBlockN>::template Op<T>;
@@ -301,19 +330,23 @@ struct Consumer {
                      : "memory");
     }
 
-    // Scores of keys at or past seqlen_k, and (causal) right of a row's diagonal, become -inf. A row
-    // keeps keys below one bound, so one compare per score.
-    __device__ __forceinline__ void mask(int j, int seqlen_k) {
+    // Scores of key block j (absolute) at or past seqlen_k, and outside a row's band (causal: right of
+    // its diagonal; local: also left of its window), become -inf. A row keeps keys below one bound (and,
+    // local, from another), so one compare per score (two).
+    __device__ __forceinline__ void mask(const TileWork &x, int j, const sy_attn_params &p, Band band) {
+        int len_q, seqlen_k;
+        sequence<kMode>(p, x.b, len_q, seqlen_k, band);   // varlen: reads the offsets (edge blocks only)
         const int col0 = j * Tr::kBlockN + thread_col;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int row = row0 + thread_row + half * 8;
-            const int limit = (kCausal ? min(seqlen_k, row + 1) : seqlen_k) - col0;
+            const int limit = (kBand != kBandNone ? min(seqlen_k, row + band.hi + 1) : seqlen_k) - col0;
+            const int start = row + band.lo - col0;   // used by kBandLocal only
 #pragma unroll
             for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
                 for (int c = 0; c < 2; ++c)
-                    if (nt * 8 + c >= limit) rS[0][nt][2 * half + c] = -INFINITY;
+                    if (nt * 8 + c >= limit || (kBand == kBandLocal && nt * 8 + c < start)) rS[0][nt][2 * half + c] = -INFINITY;
         }
     }
 
@@ -340,12 +373,12 @@ struct Consumer {
     }
 
     // The tile's first S, once complete: the block with no P V of this tile before it.
-    __device__ __forceinline__ void fold_first(const TileWork &x, int seqlen_k) {
+    __device__ __forceinline__ void fold_first(const TileWork &x, const sy_attn_params &p, Band band) {
         fence_regs(flat_s());
         release(&sm.bars->k_empty[stage_of(x.kv0)]);
         row0 = x.m0 + wg * Tr::kRowsPerWG;
         softmax = OnlineSoftmaxFragment<1>();
-        if (x.n_unmasked == 0) mask(0, seqlen_k);
+        if ((kBand == kBandLocal && x.unmasked_begin > 0) || x.unmasked_end == 0) mask(x, x.first_block, p, band);
         fold();
         rescale_pending = false;   // O has no values yet: the first P V overwrites it
     }
@@ -359,14 +392,14 @@ struct Consumer {
     }
 
     // The block's first tile (warpgroup 0 issues first: the last warpgroup gives it the turn).
-    __device__ void begin(const TileWork &x, int seqlen_k) {
+    __device__ void begin(const TileWork &x, const sy_attn_params &p, Band band) {
         take_q(x);
         if (wg == kLastWG) pass_turn();
         wait_turn();
         issue_s(x.kv0, x.q_buf);
         pass_turn();
         wgmma_wait<0>();
-        fold_first(x, seqlen_k);
+        fold_first(x, p, band);
         convert_p();
     }
 
@@ -375,7 +408,7 @@ struct Consumer {
     // block j-1) only before that GEMM is issued, never while it runs. The other warpgroups issue
     // their pairs while this one does the exponentials.
     template <bool kMask>
-    __device__ __forceinline__ void step(const TileWork &c, int j, int seqlen_k) {
+    __device__ __forceinline__ void step(const TileWork &c, int j, const sy_attn_params &p, Band band) {
         wait_turn();
         issue_s(c.kv0 + j, c.q_buf);
         rescale_and_issue_pv(c.kv0 + j - 1, j > 1);
@@ -383,7 +416,7 @@ struct Consumer {
         wgmma_wait<1>();   // S_j is done (P V may still run)
         fence_regs(flat_s());
         release(&sm.bars->k_empty[stage_of(c.kv0 + j)]);
-        if (kMask) mask(j, seqlen_k);
+        if (kMask) mask(c, c.first_block + j, p, band);
         fold();
         pin_softmax();
         wgmma_wait<0>();   // P_{j-1} V_{j-1} is done: rP and acc are free
@@ -391,12 +424,15 @@ struct Consumer {
         convert_p();
     }
 
-    // Blocks 1.. of tile c: unmasked ones, then the diagonal (causal) and ragged last blocks (the
-    // mask costs a compare and a select per score, and only those need it).
-    __device__ void steps(const TileWork &c, int seqlen_k) {
+    // Blocks 1.. of tile c: (local) the window's left edge, the unmasked ones, then the diagonal
+    // (causal) and ragged last blocks (the mask costs a compare and a select per score, and only the
+    // edges need it).
+    __device__ void steps(const TileWork &c, const sy_attn_params &p, Band band) {
         int j = 1;
-        for (; j < c.n_unmasked; ++j) step<false>(c, j, seqlen_k);
-        for (; j < c.n_blocks; ++j) step<true>(c, j, seqlen_k);
+        if constexpr (kBand == kBandLocal)
+            for (; j < c.unmasked_begin; ++j) step<true>(c, j, p, band);
+        for (; j < c.unmasked_end; ++j) step<false>(c, j, p, band);
+        for (; j < c.n_blocks; ++j) step<true>(c, j, p, band);
         // Every S GEMM of the tile has completed: the producer may load a later tile's Q here.
         if constexpr (!Tr::kQInRegisters) release(&sm.bars->q_empty[c.q_buf]);
     }
@@ -406,7 +442,7 @@ struct Consumer {
     // this every warpgroup drained its last P V, stored, and only then issued the next S, all three
     // at once: the tensor cores idled at every tile boundary, which weighs most where tiles are short
     // (causal: half the key blocks on average). Measured +5-14 % causal (docs/notes-hopper.md v10).
-    __device__ void next_tile(const sy_attn_params &p, const TileWork &c, const TileWork &x) {
+    __device__ void next_tile(const sy_attn_params &p, Band band, const TileWork &c, const TileWork &x) {
         take_q(x);
         wait_turn();
         issue_s(x.kv0, x.q_buf);
@@ -415,7 +451,7 @@ struct Consumer {
         const OnlineSoftmaxFragment<1> done = softmax;   // c's row maxima and sums
         const int c_row0 = row0;
         wgmma_wait<1>();   // x's S is done (c's P V may still run)
-        fold_first(x, p.seqlen_k);
+        fold_first(x, p, band);
         pin_softmax();
         wgmma_wait<0>();
         retire_pv(c.kv0 + c.n_blocks - 1);
@@ -441,10 +477,17 @@ struct Consumer {
         state.finalize(acc, p.scale, lse);
         T *gO = head_base(static_cast<T *>(p.o), p.o_strides, c.b, c.h);
         float *gLse = p.lse + (static_cast<int64_t>(c.b) * p.heads_q + c.h) * p.seqlen_q;
+        int len_q = p.seqlen_q;
+        if constexpr ((kMode & kVarlenFlag) != 0) {   // o (total_q, Hq, d) from the sequence's row; lse (Hq, total_q)
+            const int q_row0 = __ldg(p.cu_seqlens_q + c.b);
+            len_q = __ldg(p.cu_seqlens_q + c.b + 1) - q_row0;
+            gO = head_base(static_cast<T *>(p.o), p.o_strides, 0, c.h) + static_cast<int64_t>(q_row0) * p.o_strides[2];
+            gLse = p.lse + static_cast<int64_t>(c.h) * p.seqlen_q + q_row0;
+        }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int row = first_row + thread_row + half * 8;
-            if (row >= p.seqlen_q) continue;
+            if (row >= len_q) continue;
             T *gRow = gO + row * p.o_strides[2] + thread_col;
 #pragma unroll
             for (int nt = 0; nt < kNTilesO; ++nt)
@@ -455,10 +498,11 @@ struct Consumer {
 };
 #endif  // SY_HOPPER_DEVICE_CODE
 
-template <class Tr, typename T, bool kCausal>
+template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                  const __grid_constant__ CUtensorMap tm_v, const sy_attn_params p, const TileScheduler sched) {
+                  const __grid_constant__ CUtensorMap tm_v, const sy_attn_params p, const TileScheduler sched,
+                  const Band band) {
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const SharedTiles<Tr> sm(smem_raw);
@@ -494,38 +538,54 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 // A Q buffer is free once every consumer has finished the S GEMMs of the tile it held
                 // (or, kQInRegisters, has read it into registers).
                 const int buf = tile_iter % Tr::kQBuffers;
+                // Varlen: the grid walks every sequence as if it had max_seqlen_q queries; tiles past a
+                // sequence's end are skipped here, so no consumer ever sees one.
+                if constexpr ((kMode & kVarlenFlag) != 0) {
+                    for (; t < sched.n_tiles; t = sched.next(p.tile_counter)) {
+                        const TileScheduler::Tile tl = sched.tile(t, (kMode & 3) != kBandNone);
+                        if (tl.m_block * Tr::kBlockM < __ldg(p.cu_seqlens_q + tl.b + 1) - __ldg(p.cu_seqlens_q + tl.b))
+                            break;
+                    }
+                }
                 mbar_wait(smem_addr(&bar.q_empty[buf]), ((tile_iter / Tr::kQBuffers) & 1) ^ 1);
                 bar.tile[buf] = t;
                 if (t >= sched.n_tiles) {
                     mbar_arrive(smem_addr(&bar.q_full[buf]));   // completes the phase with no bytes: "stop"
                     break;
                 }
-                const TileWork w = tile_work<Tr, kCausal>(sched, t, p, kv_iter, tile_iter);
-                produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter);
+                const TileWork w = tile_work<Tr, kMode>(sched, t, p, band, kv_iter, tile_iter);
+                if constexpr ((kMode & kVarlenFlag) != 0)
+                    produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, __ldg(p.cu_seqlens_q + w.b),
+                                     __ldg(p.cu_seqlens_k + w.b), 0);
+                else
+                    produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, 0, 0, w.b);
                 t = sched.next(p.tile_counter);
             }
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
-        Consumer<Tr, T, kCausal> consumer(sm, warpgroup - 1, p.scale);
+        Consumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
         // The tile of iteration i, once its Q has landed (n_tiles or more: none).
         auto wait_tile = [&](int tile_iter) {
             const int buf = tile_iter % Tr::kQBuffers;
             mbar_wait(smem_addr(&sm.bars->q_full[buf]), (tile_iter / Tr::kQBuffers) & 1);
             return __shfl_sync(0xffffffffu, *reinterpret_cast<volatile int *>(&sm.bars->tile[buf]), 0);
         };
-        // The grid never exceeds the tile count: the first tile exists.
-        TileWork c = uniform(tile_work<Tr, kCausal>(sched, wait_tile(0), p, 0, 0));
-        consumer.begin(c, p.seqlen_k);
+        // The grid never exceeds the tile count: the first tile exists (varlen: unless the producer
+        // skipped every tile this block drew).
+        const int t0 = wait_tile(0);
+        if ((kMode & kVarlenFlag) != 0 && t0 >= sched.n_tiles) return;
+        TileWork c = uniform(tile_work<Tr, kMode>(sched, t0, p, band, 0, 0));
+        consumer.begin(c, p, band);
         for (int tile_iter = 1;; ++tile_iter) {
-            consumer.steps(c, p.seqlen_k);
+            consumer.steps(c, p, band);
             const int t = wait_tile(tile_iter);
             if (t >= sched.n_tiles) {
                 consumer.finish(p, c);
                 break;
             }
-            const TileWork x = uniform(tile_work<Tr, kCausal>(sched, t, p, c.kv0 + c.n_blocks, tile_iter));
-            consumer.next_tile(p, c, x);
+            const TileWork x = uniform(tile_work<Tr, kMode>(sched, t, p, band, c.kv0 + c.n_blocks, tile_iter));
+            consumer.next_tile(p, band, c, x);
             c = x;
         }
     }
@@ -533,21 +593,24 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 }
 
 // ---- host: launch (tensor maps: hopper_primitives.cuh) ----------------------------------------------
-template <class Tr, typename T, bool kCausal>
-int launch(const sy_attn_params &p, cudaStream_t stream) {
-    auto kernel = hopper_fwd_kernel<Tr, T, kCausal>;
+template <class Tr, typename T, int kMode>
+int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
+    auto kernel = hopper_fwd_kernel<Tr, T, kMode>;
     // The kernel body exists only in an sm_90a build: a library built for another arch has none.
     cudaFuncAttributes attrs;
     cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
     if (err != cudaSuccess) return static_cast<int>(err);
     if (attrs.binaryVersion != 90) return kUnsupported;
 
+    // Varlen: one "batch" of total rows; each tile addresses its sequence's rows.
+    constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
+    const int map_batch = kVarlen ? 1 : p.batch;
     CUtensorMap tm_q, tm_k, tm_v;
-    int status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, p.batch, p.q_strides, Tr::kBlockM);
+    int status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
     if (status == kOk)
-        status = encode_map(&tm_k, p.k, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, p.batch, p.k_strides, Tr::kBlockN);
+        status = encode_map(&tm_k, p.k, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.k_strides, Tr::kBlockN);
     if (status == kOk)
-        status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, p.batch, p.v_strides, Tr::kBlockN);
+        status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.v_strides, Tr::kBlockN);
     if (status != kOk) return status;
 
     int device = 0, sms = 0;
@@ -555,7 +618,7 @@ int launch(const sy_attn_params &p, cudaStream_t stream) {
         (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
         return static_cast<int>(err);
     TileScheduler sched;
-    sched.n_mblocks = ceil_div(p.seqlen_q, Tr::kBlockM);
+    sched.n_mblocks = ceil_div(kVarlen ? p.max_seqlen_q : p.seqlen_q, Tr::kBlockM);
     sched.heads_q = p.heads_q;
     const int64_t n_tiles = int64_t(sched.n_mblocks) * p.heads_q * p.batch;
     if (n_tiles > INT32_MAX) return kInvalid;
@@ -574,20 +637,31 @@ int launch(const sy_attn_params &p, cudaStream_t stream) {
     } else {
         kp.tile_counter = nullptr;
     }
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, kp, sched);
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, kp, sched, band);
     return launch_status();
 }
 
-template <class Tr, typename T>
+template <class Tr, typename T, int kVarlen>
 int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
-    return p.is_causal ? launch<Tr, T, true>(p, stream) : launch<Tr, T, false>(p, stream);
+    int mode;
+    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                p.seqlen_k, &mode, kVarlen != 0);
+    if (mode == kBandLocal) return launch<Tr, T, kBandLocal | kVarlen>(p, band, stream);
+    return mode == kBandCausal ? launch<Tr, T, kBandCausal | kVarlen>(p, band, stream)
+                               : launch<Tr, T, kBandNone | kVarlen>(p, band, stream);
 }
 
+// Varlen at d = 64 and 128 (d = 256 answers SY_EUNSUPPORTED: not instantiated).
 template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
-    if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T>(p, stream);
-    if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T>(p, stream);
-    return launch_causal<HopperTraitsD256, T>(p, stream);
+    if (p.cu_seqlens_q) {
+        if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T, kVarlenFlag>(p, stream);
+        if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T, kVarlenFlag>(p, stream);
+        return kUnsupported;
+    }
+    if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T, 0>(p, stream);
+    if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T, 0>(p, stream);
+    return launch_causal<HopperTraitsD256, T, 0>(p, stream);
 }
 
 }  // namespace
@@ -600,12 +674,16 @@ extern "C" int sy_attn_hopper_fwd(const sy_attn_params *params, void *stream) {
     const sy_attn_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || p.mask != nullptr) return kUnsupported;
+    if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     // Misaligned views: the Python layer copies them first; a direct C caller gets SY_EUNSUPPORTED.
-    if (!tma_aligned(p.q, p.q_strides, p.batch, p.heads_q, p.seqlen_q) ||
-        !tma_aligned(p.k, p.k_strides, p.batch, p.heads_kv, p.seqlen_k) ||
-        !tma_aligned(p.v, p.v_strides, p.batch, p.heads_kv, p.seqlen_k))
+    const int map_batch = p.cu_seqlens_q ? 1 : p.batch;   // varlen: one packed "batch"
+    if (!tma_aligned(p.q, p.q_strides, map_batch, p.heads_q, p.seqlen_q) ||
+        !tma_aligned(p.k, p.k_strides, map_batch, p.heads_kv, p.seqlen_k) ||
+        !tma_aligned(p.v, p.v_strides, map_batch, p.heads_kv, p.seqlen_k))
         return kUnsupported;
+    if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr) || (p.cu_seqlens_q && p.max_seqlen_q < 1))
+        return kInvalid;
     if (reinterpret_cast<uintptr_t>(p.o) % 4 != 0 || p.o_strides[2] % 2 != 0) return kInvalid;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     return p.dtype == SY_ATTN_BF16 ? launch_dtype<__nv_bfloat16>(p, s) : launch_dtype<__half>(p, s);

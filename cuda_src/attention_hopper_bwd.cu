@@ -23,6 +23,7 @@
 // The sm_90a body exists only where the arch-specific features do (as in attention_hopper.cu); the
 // launcher answers SY_EUNSUPPORTED elsewhere, and for deterministic calls (the mma backward's separate
 // dQ pass serves those).
+#include "attention_band.cuh"
 #include "attention_bwd_common.cuh"
 #include "hopper_primitives.cuh"
 #include "softmax.cuh"   // fast_exp2
@@ -40,6 +41,10 @@
 
 namespace sy_attn {
 namespace {
+
+// A kernel's mode: the band's (attention_band.cuh) in the low bits, plus kVarlenFlag for a packed
+// variable-length batch (as in attention_hopper.cu).
+constexpr int kVarlenFlag = 4;
 
 // A block owns kBlockN = 128 keys of one (batch, query head); consumer warpgroup w owns keys 64w..64w+63
 // and walks the query tiles kBlockM at a time: 64 at d = 128, 128 at d = 64. Registers per consumer
@@ -121,29 +126,54 @@ struct BwdSmem {
     }
 };
 
-// The query tiles a key block sees: all, or (causal, top-left) those holding a row at or past its first
-// key. The first ones up to the block's last key need the per-element mask.
-template <class Tr, bool kCausal>
-struct QueryTiles {
-    int first, total, first_unmasked;
-    __device__ QueryTiles(int n0, int seqlen_q) {
-        total = ceil_div(seqlen_q, Tr::kBlockM);
-        first = kCausal ? min(n0 / Tr::kBlockM, total) : 0;
-        first_unmasked = kCausal ? (n0 + Tr::kBlockN) / Tr::kBlockM : 0;
+// The query tiles a key block sees: all, or those the band reaches. Row i sees key j iff
+// j - hi <= i <= j - lo: the forward's band transposed (band_blocks with keys as rows and (-hi, -lo)).
+// Tiles outside [unmasked_begin, unmasked_end) sit on the band's edges and need the per-element mask.
+// Keys past seqlen_k need none (see compute_p), so the block's last key is its last real one; neither do
+// query rows past seqlen_q (their LSE is +inf: P = 0), so without a band every tile runs unmasked from
+// tile 0, and causal only the tiles before unmasked_begin are masked. (Constants where the mode allows:
+// at d = 64 the consumer sits at its 240 registers, and a runtime loop start spilled 24-36 bytes.)
+template <class Tr, int kMode>
+__device__ __forceinline__ BlockRange query_tiles(int n0, int len_q, int len_k, Band band) {
+    if constexpr ((kMode & 3) == kBandNone) {
+        const int total = ceil_div(len_q, Tr::kBlockM);
+        return BlockRange{0, total, 0, total};
     }
+    return band_blocks(n0, min(n0 + Tr::kBlockN, len_k) - 1, len_q, Tr::kBlockM, Band{-band.hi, -band.lo});
+}
+
+// The sequence a block works in: without varlen the launch's lengths, row 0 of batch b; varlen its rows
+// of the packed tensors (tensor-map batch 0) and its own band (from its bottom right).
+struct Sequence {
+    int q_row0, k_row0, len_q, len_k, map_b;
+    Band band;
 };
 
+template <int kMode>
+__device__ __forceinline__ Sequence sequence_of(const sy_attn_bwd_params &p, int b, Band band) {
+    if constexpr ((kMode & kVarlenFlag) != 0) {
+        const int q_row0 = __ldg(p.cu_seqlens_q + b), k_row0 = __ldg(p.cu_seqlens_k + b);
+        const int len_q = __ldg(p.cu_seqlens_q + b + 1) - q_row0, len_k = __ldg(p.cu_seqlens_k + b + 1) - k_row0;
+        return Sequence{q_row0, k_row0, len_q, len_k, 0, sequence_band(band, len_q, len_k)};
+    }
+    return Sequence{0, 0, p.seqlen_q, p.seqlen_k, b, band};
+}
+
 // ---- the producer: one thread issues every copy ---------------------------------------------------------
+// q_row0, k_row0: the sequence's first rows in the tensor maps (varlen; else 0), b its map batch.
 template <class Tr>
 __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_do,
                                         const CUtensorMap *tm_k, const CUtensorMap *tm_v, const float *gLse,
-                                        const float *gD, int n0, int h, int h_kv, int b, int m_first, int m_total) {
+                                        const float *gD, int n0, int h, int h_kv, int b, int m_first, int m_total,
+                                        int q_row0, int k_row0) {
     BwdBarriers<Tr> &bar = *sm.bars;
     mbar_arrive_expect_tx(smem_addr(&bar.kv_full), 2 * Tr::kKVBytes);
 #pragma unroll
     for (int p = 0; p < Tr::kPanels; ++p) {
-        tma_load_4d(smem_addr(sm.k + p * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.kv_full), p * Tr::kPanelCols, n0, h_kv, b);
-        tma_load_4d(smem_addr(sm.v + p * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.kv_full), p * Tr::kPanelCols, n0, h_kv, b);
+        tma_load_4d(smem_addr(sm.k + p * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.kv_full), p * Tr::kPanelCols,
+                    k_row0 + n0, h_kv, b);
+        tma_load_4d(smem_addr(sm.v + p * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.kv_full), p * Tr::kPanelCols,
+                    k_row0 + n0, h_kv, b);
     }
     for (int m = m_first, i = 0; m < m_total; ++m, ++i) {
         const int stage = i % Tr::kStages;
@@ -155,8 +185,8 @@ __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap
 #pragma unroll
         for (int p = 0; p < Tr::kPanels; ++p) {
             const int offset = stage * Tr::kQBytes + p * Tr::kQPanelBytes;
-            tma_load_4d(smem_addr(sm.q + offset), tm_q, full, p * Tr::kPanelCols, m0, h, b);
-            tma_load_4d(smem_addr(sm.dout + offset), tm_do, full, p * Tr::kPanelCols, m0, h, b);
+            tma_load_4d(smem_addr(sm.q + offset), tm_q, full, p * Tr::kPanelCols, q_row0 + m0, h, b);
+            tma_load_4d(smem_addr(sm.dout + offset), tm_do, full, p * Tr::kPanelCols, q_row0 + m0, h, b);
         }
         // The LSE and D rows are padded to SY_ATTN_BWD_ROW_ALIGN: whole tiles, 16-byte aligned.
         bulk_load(smem_addr(sm.lse + stage * Tr::kBlockM), gLse + m0, Tr::kVecBytes, full);
@@ -165,8 +195,10 @@ __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap
 }
 
 // ---- a consumer warpgroup: 64 keys ------------------------------------------------------------------------
-template <class Tr, typename T, bool kCausal>
+template <class Tr, typename T, int kMode>
 struct BwdConsumer {
+    static constexpr int kBand = kMode & 3;
+    static constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
     using GemmDq = WgmmaM64N64<T>;                                    // dQ: a 64 x 64 share per warpgroup
     using GemmHead = typename WgmmaN<Tr::kHeadDim>::template Op<T>;   // dV, dK (n = d)
@@ -215,13 +247,17 @@ struct BwdConsumer {
         issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile);
     }
 
-    // P^T = exp2(S^T * scale log2 e - LSE_log2[query]); (causal) a query before the key gives 0. Keys
-    // past seqlen_k need no mask: TMA filled their K and V rows with zeros, so their dK, dV rows (never
-    // stored) are all they touch, and dQ gets dS * 0 from them.
+    // P^T = exp2(S^T * scale log2 e - LSE_log2[query]); a (key, query) pair outside the band gives 0:
+    // key - query > hi (causal: a query before the key) or (local) < lo. Keys past seqlen_k need no mask:
+    // TMA filled their K and V rows with zeros, so their dK, dV rows (never stored) are all they touch,
+    // and dQ gets dS * 0 from them.
+    // Varlen: keys past the sequence's len_k are the next sequence's (not TMA's zeros): masked too.
     template <bool kMask>
-    __device__ __forceinline__ void compute_p(int stage, int n0, int m0) {
+    __device__ __forceinline__ void compute_p(int stage, int n0, int m0, Band band, int len_k) {
         const float *lse = sm.lse + stage * Tr::kBlockM;
         const int key0 = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
+        // This lane's key row sees queries key - hi .. key - lo; relative to the tile's first query.
+        const int first = key0 - band.hi - m0, last = key0 - band.lo - m0;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
             const int col = nt * 8 + 2 * (lane % 4);
@@ -229,7 +265,10 @@ struct BwdConsumer {
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 float x = tiles(s)[nt][c];
-                if (kMask && m0 + col + c % 2 < key0 + (c / 2) * 8) x = -INFINITY;
+                const int query = col + c % 2 - (c / 2) * 8;   // against the key row of c / 2
+                if (kMask && (query < first || (kBand == kBandLocal && query > last) ||
+                              (kVarlen && key0 + (c / 2) * 8 >= len_k)))
+                    x = -INFINITY;
                 tiles(s)[nt][c] = fast_exp2(x * scale_log2 - (c % 2 ? l.y : l.x));
             }
             if (nt % 2 == 1) pack_step(rP[nt / 2], s, nt / 2);   // this tile pair's registers die here
@@ -311,13 +350,13 @@ struct BwdConsumer {
     // for only when its result is needed, so the tensor cores run under this warpgroup's own work:
     // dP^T under P^T's exponentials, dV under dS^T and its store, dK under the dQ atomics.
     template <bool kMask>
-    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead) {
+    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int len_k) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         issue_s_dp(stage);
         wgmma_wait<1>();   // S^T done; dP^T may still run
         fence_regs(s);
-        compute_p<kMask>(stage, n0, m0);
+        compute_p<kMask>(stage, n0, m0, band, len_k);
         issue_head_gemm(dV, rP, sm.dout, stage);   // dV += P^T dO
         wgmma_wait<1>();   // dP^T done; dV may still run
         fence_regs(dp);
@@ -343,33 +382,37 @@ struct BwdConsumer {
     }
 
     // dK carries the softmax scale (S = scale * Q K^T); dV does not. GQA: fp32 per query head, summed later.
-    __device__ void store(const sy_attn_bwd_params &p, int n0, int h, int b) {
+    // Varlen: the sequence's rows (seq.k_row0 ..) of dk, dv or of the (Hq, total_k, d) workspaces.
+    __device__ void store(const sy_attn_bwd_params &p, int n0, int h, int b, const Sequence &seq) {
         const int row0 = n0 + wg * Tr::kKeysPerWG + warp * 16;
         if (p.heads_q == p.heads_kv) {
-            store_rows<T>(head_base(static_cast<T *>(p.dk), p.dk_strides, b, h), p.dk_strides[2], row0, p.seqlen_k,
-                          tiles(dK), p.scale, lane);
-            store_rows<T>(head_base(static_cast<T *>(p.dv), p.dv_strides, b, h), p.dv_strides[2], row0, p.seqlen_k,
-                          tiles(dV), 1.f, lane);
+            T *gDk = head_base(static_cast<T *>(p.dk), p.dk_strides, seq.map_b, h) + int64_t(seq.k_row0) * p.dk_strides[2];
+            T *gDv = head_base(static_cast<T *>(p.dv), p.dv_strides, seq.map_b, h) + int64_t(seq.k_row0) * p.dv_strides[2];
+            store_rows<T>(gDk, p.dk_strides[2], row0, seq.len_k, tiles(dK), p.scale, lane);
+            store_rows<T>(gDv, p.dv_strides[2], row0, seq.len_k, tiles(dV), 1.f, lane);
         } else {
-            const int64_t head = bwd_row_index(p, b, h, 0, p.seqlen_k) * Tr::kHeadDim;
-            store_rows<float>(p.dk_accum + head, Tr::kHeadDim, row0, p.seqlen_k, tiles(dK), p.scale, lane);
-            store_rows<float>(p.dv_accum + head, Tr::kHeadDim, row0, p.seqlen_k, tiles(dV), 1.f, lane);
+            const int64_t head = (kVarlen ? int64_t(h) * p.seqlen_k + seq.k_row0 : bwd_row_index(p, b, h, 0, p.seqlen_k)) *
+                                 Tr::kHeadDim;
+            store_rows<float>(p.dk_accum + head, Tr::kHeadDim, row0, seq.len_k, tiles(dK), p.scale, lane);
+            store_rows<float>(p.dv_accum + head, Tr::kHeadDim, row0, seq.len_k, tiles(dV), 1.f, lane);
         }
     }
 };
 #endif  // SY_HOPPER_DEVICE_CODE
 
 // Grid (key blocks, query heads, batch): causal key block 0 sees the most query tiles and starts first.
-template <class Tr, typename T, bool kCausal>
+template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                   const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                  const sy_attn_bwd_params p, int rows_per_head) {
+                  const sy_attn_bwd_params p, int rows_per_head, const Band band) {
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const BwdSmem<Tr> sm(smem_raw);
     const int n0 = blockIdx.x * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
-    const QueryTiles<Tr, kCausal> queries(n0, p.seqlen_q);
+    // Varlen: the grid covers max_seqlen_k keys of every sequence; a block past its sequence's keys has
+    // nothing to do (the whole block leaves before any barrier exists).
+    if ((kMode & kVarlenFlag) != 0 && n0 >= sequence_of<kMode>(p, b, band).len_k) return;
 
     if (threadIdx.x == 0) {
         BwdBarriers<Tr> &bar = *sm.bars;
@@ -390,70 +433,105 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             tma_prefetch_map(&tm_do);
             tma_prefetch_map(&tm_k);
             tma_prefetch_map(&tm_v);
+            const Sequence seq = sequence_of<kMode>(p, b, band);
+            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
             produce<Tr>(sm, &tm_q, &tm_do, &tm_k, &tm_v, p.lse_log2 + bwd_row_index(p, b, h, 0, rows_per_head),
-                        p.delta + bwd_row_index(p, b, h, 0, rows_per_head), n0, h, h / (p.heads_q / p.heads_kv), b,
-                        queries.first, queries.total);
+                        p.delta + bwd_row_index(p, b, h, 0, rows_per_head), n0, h, h / (p.heads_q / p.heads_kv),
+                        seq.map_b, queries.begin, queries.end, seq.q_row0, seq.k_row0);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
-        BwdConsumer<Tr, T, kCausal> consumer(sm, warpgroup - 1, p.scale);
-        float *gDqHead = p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim;
+        BwdConsumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
         mbar_wait(smem_addr(&sm.bars->kv_full), 0);   // also when no tile follows: no copy may outlive the block
         int i = 0;
-        for (int m = queries.first; m < queries.total; ++m, ++i) {
-            if (kCausal && m < queries.first_unmasked) consumer.template tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead);
-            else consumer.template tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead);
+        // The range is computed after setmaxnreg, in each role (live across it, it cost the d = 64
+        // consumers 16-24 bytes of spill).
+        const Sequence seq = sequence_of<kMode>(p, b, band);
+        // dq_accum: (B, Hq, Nq, d), varlen (Hq, total_q, d) from the sequence's first row.
+        float *gDqHead = p.dq_accum + ((kMode & kVarlenFlag) != 0 ? int64_t(h) * p.seqlen_q + seq.q_row0
+                                                                   : bwd_row_index(p, b, h, 0, p.seqlen_q)) * Tr::kHeadDim;
+        const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
+        // Varlen: a block holding the sequence's last, ragged keys masks every tile (the keys after them
+        // belong to the next sequence).
+        const bool ragged = (kMode & kVarlenFlag) != 0 && n0 + Tr::kBlockN > seq.len_k;
+        for (int m = queries.begin; m < queries.end; ++m, ++i) {
+            // Without a band nothing is masked (ragged keys and queries: see query_tiles).
+            constexpr int kBand = kMode & 3;
+            const bool masked = ragged || (kBand == kBandCausal ? m < queries.unmasked_begin
+                                          : kBand == kBandLocal && (m < queries.unmasked_begin || m >= queries.unmasked_end));
+            if (masked)
+                consumer.template tile<true>(i, m * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band, seq.len_k);
+            else
+                consumer.template tile<false>(i, m * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band, seq.len_k);
         }
-        consumer.store(p, n0, h, b);
+        consumer.store(p, n0, h, b, seq);
     }
 #endif
 }
 
 // ---- host -----------------------------------------------------------------------------------------------
-template <class Tr, typename T, bool kCausal>
-int launch(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
-    auto kernel = hopper_bwd_kernel<Tr, T, kCausal>;
+template <class Tr, typename T, int kMode>
+int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream_t stream) {
+    auto kernel = hopper_bwd_kernel<Tr, T, kMode>;
     cudaFuncAttributes attrs;
     cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
     if (err != cudaSuccess) return static_cast<int>(err);
     if (attrs.binaryVersion != 90) return kUnsupported;   // the body exists only in an sm_90a build
 
+    constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
+    const int map_batch = kVarlen ? 1 : p.batch;   // varlen: the packed rows as one batch
     CUtensorMap tm_q, tm_do, tm_k, tm_v;
-    int status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, p.batch, p.q_strides, Tr::kBlockM);
+    int status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
     if (status == kOk)
-        status = encode_map(&tm_do, p.dout, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, p.batch, p.dout_strides, Tr::kBlockM);
+        status = encode_map(&tm_do, p.dout, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.dout_strides,
+                            Tr::kBlockM);
     if (status == kOk)
-        status = encode_map(&tm_k, p.k, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, p.batch, p.k_strides, Tr::kBlockN);
+        status = encode_map(&tm_k, p.k, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.k_strides, Tr::kBlockN);
     if (status == kOk)
-        status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, p.batch, p.v_strides, Tr::kBlockN);
+        status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.v_strides, Tr::kBlockN);
     if (status != kOk) return status;
 
     if ((status = launch_preprocess<T>(p, rows_per_head, stream)) != kOk) return status;
-    const size_t dq_bytes = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * Tr::kHeadDim * sizeof(float);
+    const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * p.seqlen_q * Tr::kHeadDim * sizeof(float);
     if ((err = cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream)) != cudaSuccess) return static_cast<int>(err);
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
-    dim3 grid(ceil_div(p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head);
+    dim3 grid(ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
 
-    status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim, p.scale, stream);
+    status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim, p.scale,
+                              stream);
     if (status != kOk || p.heads_q == p.heads_kv) return status;   // the kernel wrote dk and dv itself
-    return launch_reduce_dk_dv<T>(p, Tr::kHeadDim, stream);
+    const int group = p.heads_q / p.heads_kv;
+    status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, map_batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim,
+                              1.f, stream);
+    if (status != kOk) return status;
+    return launch_reduce<T>(p.dv_accum, p.dv, p.dv_strides, map_batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim, 1.f,
+                            stream);
 }
 
-template <class Tr, typename T>
+template <class Tr, typename T, int kVarlen>
 int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
-    return p.is_causal ? launch<Tr, T, true>(p, rows_per_head, stream) : launch<Tr, T, false>(p, rows_per_head, stream);
+    int mode;
+    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                p.seqlen_k, &mode, kVarlen != 0);
+    if (mode == kBandLocal) return launch<Tr, T, kBandLocal | kVarlen>(p, rows_per_head, band, stream);
+    return mode == kBandCausal ? launch<Tr, T, kBandCausal | kVarlen>(p, rows_per_head, band, stream)
+                               : launch<Tr, T, kBandNone | kVarlen>(p, rows_per_head, band, stream);
 }
 
 template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
-    const int rows_per_head = ceil_div(p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) * SY_ATTN_BWD_ROW_ALIGN;
+    const int rows_per_head = ceil_div(p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) *
+                              SY_ATTN_BWD_ROW_ALIGN;
     using TraitsD64 = HopperBwdTraits<64, SY_HOPPER_BWD_D64_STAGES>;
     using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES>;
-    return p.head_dim == 64 ? launch_causal<TraitsD64, T>(p, rows_per_head, stream)
-                            : launch_causal<TraitsD128, T>(p, rows_per_head, stream);
+    if (p.cu_seqlens_q)
+        return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
+                                : launch_causal<TraitsD128, T, kVarlenFlag>(p, rows_per_head, stream);
+    return p.head_dim == 64 ? launch_causal<TraitsD64, T, 0>(p, rows_per_head, stream)
+                            : launch_causal<TraitsD128, T, 0>(p, rows_per_head, stream);
 }
 
 }  // namespace
@@ -466,15 +544,20 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || p.deterministic) return kUnsupported;
+    if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     if (!p.lse_log2 || !p.dq_accum) return kInvalid;
     if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;
     // Misaligned views: the Python layer copies them first; a direct C caller gets SY_EUNSUPPORTED.
-    if (!tma_aligned(p.q, p.q_strides, p.batch, p.heads_q, p.seqlen_q) ||
-        !tma_aligned(p.dout, p.dout_strides, p.batch, p.heads_q, p.seqlen_q) ||
-        !tma_aligned(p.k, p.k_strides, p.batch, p.heads_kv, p.seqlen_k) ||
-        !tma_aligned(p.v, p.v_strides, p.batch, p.heads_kv, p.seqlen_k))
+    const int map_batch = p.cu_seqlens_q ? 1 : p.batch;   // varlen: one packed "batch"
+    if (!tma_aligned(p.q, p.q_strides, map_batch, p.heads_q, p.seqlen_q) ||
+        !tma_aligned(p.dout, p.dout_strides, map_batch, p.heads_q, p.seqlen_q) ||
+        !tma_aligned(p.k, p.k_strides, map_batch, p.heads_kv, p.seqlen_k) ||
+        !tma_aligned(p.v, p.v_strides, map_batch, p.heads_kv, p.seqlen_k))
         return kUnsupported;
+    if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr) ||
+        (p.cu_seqlens_q && (p.max_seqlen_q < 1 || p.max_seqlen_k < 1)))
+        return kInvalid;
     const int64_t *out_strides[3] = {p.dq_strides, p.dk_strides, p.dv_strides};
     const void *outs[3] = {p.dq, p.dk, p.dv};
     for (int i = 0; i < 3; ++i)

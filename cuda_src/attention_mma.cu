@@ -7,6 +7,7 @@
 // layout of P V).
 //
 // Grid: (query blocks, query heads, batch). Block: kNWarps warps, each owning kMAtoms x 16 rows.
+#include "attention_band.cuh"
 #include "attention_common.cuh"
 #include "kernel_traits.cuh"
 #include "mma_primitives.cuh"
@@ -15,9 +16,9 @@
 namespace sy_attn {
 namespace {
 
-template <class Tr, typename T, bool kCausal>
+template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
-mma_fwd_kernel(const sy_attn_params p) {
+mma_fwd_kernel(const sy_attn_params p, const Band band) {
     using Mma = MmaOp<T>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw);                   // [kBlockM][kHeadDim], swizzled
@@ -26,7 +27,7 @@ mma_fwd_kernel(const sy_attn_params p) {
 
     // Causal: the last query blocks do the most key blocks; launching them first keeps the tail of
     // the grid made of short blocks, so SMs finish together.
-    const int m_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int m_block = kMode != kBandNone ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z;
     const int h_kv = h / (p.heads_q / p.heads_kv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -37,25 +38,24 @@ mma_fwd_kernel(const sy_attn_params p) {
     const T *gK = head_base(static_cast<const T *>(p.k), p.k_strides, b, h_kv);
     const T *gV = head_base(static_cast<const T *>(p.v), p.v_strides, b, h_kv);
 
-    // Key blocks this query block needs: all of them, or (causal) those up to its last row's
-    // diagonal. Blocks below n_unmasked need no mask at all: every key exists and (causal) lies at
-    // or left of the diagonal of the block's first row.
+    // Key blocks this query block needs (attention_band.cuh): all of them, or those the band reaches
+    // (causal: up to its last row's diagonal; local: from its first row's window start). Blocks in
+    // [r.unmasked_begin, r.unmasked_end) need no mask at all: every key exists and every row sees it.
+    // No block at all (no row sees a key): acc and l_i stay 0, rows give 0 and an LSE of -inf.
     const int last_row = min(m0 + Tr::kBlockM, p.seqlen_q) - 1;
-    int n_total = ceil_div(p.seqlen_k, Tr::kBlockN);
-    int n_unmasked = p.seqlen_k / Tr::kBlockN;
-    if (kCausal) {
-        n_total = min(n_total, last_row / Tr::kBlockN + 1);
-        n_unmasked = min(n_unmasked, (m0 + 1) / Tr::kBlockN);
-    }
+    const BlockRange r = band_blocks_in<kMode>(m0, last_row, p.seqlen_k, Tr::kBlockN, band);
+    const int n_total = r.end;
 
     // ---- prologue: Q, then the first kStages - 1 K/V tiles, each its own cp.async group
     load_tile_async<Tr, Tr::kBlockM>(smem_addr(sQ), gQ, p.q_strides[2], m0, p.seqlen_q);
     cp_async_commit();
 #pragma unroll
+    // Block j lives in stage j % kStages, whatever block the band starts at.
     for (int s = 0; s < Tr::kStages - 1; ++s) {
-        if (s < n_total) {
-            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK + s * Tr::kSmemKV), gK, p.k_strides[2], s * Tr::kBlockN, p.seqlen_k);
-            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sV + s * Tr::kSmemKV), gV, p.v_strides[2], s * Tr::kBlockN, p.seqlen_k);
+        const int j = r.begin + s, stage = j % Tr::kStages;
+        if (j < n_total) {
+            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK + stage * Tr::kSmemKV), gK, p.k_strides[2], j * Tr::kBlockN, p.seqlen_k);
+            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sV + stage * Tr::kSmemKV), gV, p.v_strides[2], j * Tr::kBlockN, p.seqlen_k);
         }
         cp_async_commit();   // empty groups keep the group count per tile uniform
     }
@@ -145,19 +145,22 @@ mma_fwd_kernel(const sy_attn_params p) {
 
         if constexpr (kMask) {
             // Thread (lane) holds rows lane/4 (+8) and columns 2 (lane%4) (+1) of every n8 tile; a
-            // row keeps keys below min(seqlen_k, row + 1 if causal), so one bound per row suffices.
+            // row keeps keys below min(seqlen_k, row + band.hi + 1) (causal) and (local) from
+            // row + band.lo, so one bound per row (two) suffices.
             const int col0 = j * Tr::kBlockN + (lane % 4) * 2;
 #pragma unroll
             for (int ma = 0; ma < Tr::kMAtoms; ++ma)
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     const int row = m0 + warp_row0 + ma * 16 + lane / 4 + half * 8;
-                    const int limit = (kCausal ? min(p.seqlen_k, row + 1) : p.seqlen_k) - col0;
+                    const int limit = (kMode != kBandNone ? min(p.seqlen_k, row + band.hi + 1) : p.seqlen_k) - col0;
+                    const int start = row + band.lo - col0;   // kBandLocal only
 #pragma unroll
                     for (int nt = 0; nt < Tr::kNTilesS; ++nt)
 #pragma unroll
                         for (int c = 0; c < 2; ++c)
-                            if (nt * 8 + c >= limit) rS[ma][nt][2 * half + c] = -INFINITY;
+                            if (nt * 8 + c >= limit || (kMode == kBandLocal && nt * 8 + c < start))
+                                rS[ma][nt][2 * half + c] = -INFINITY;
                 }
         }
 
@@ -193,11 +196,14 @@ mma_fwd_kernel(const sy_attn_params p) {
         }
     };
 
-    // Masked and unmasked key blocks run as two loops: the mask costs a compare and a select per
-    // score plus the index registers, and only the diagonal blocks (causal) and the ragged last
-    // block (N % kBlockN) need it: at N = 4096 that is 2 of up to 64 blocks per query block.
-    int j = 0;
-    for (; j < n_unmasked; ++j) key_block(j, std::integral_constant<bool, false>{});
+    // Masked and unmasked key blocks run as separate loops: the mask costs a compare and a select per
+    // score plus the index registers, and only the band's edges (the causal diagonal, a window's
+    // start) and the ragged last block (N % kBlockN) need it: at N = 4096 causal that is 2 of up to
+    // 64 blocks per query block.
+    int j = r.begin;
+    if constexpr (kMode == kBandLocal)
+        for (; j < r.unmasked_begin; ++j) key_block(j, std::integral_constant<bool, true>{});
+    for (; j < r.unmasked_end; ++j) key_block(j, std::integral_constant<bool, false>{});
     for (; j < n_total; ++j) key_block(j, std::integral_constant<bool, true>{});
     cp_async_wait<0>();   // no copy may still target shared memory when the block exits
 
@@ -223,26 +229,32 @@ mma_fwd_kernel(const sy_attn_params p) {
         }
 }
 
-template <class Tr, typename T, bool kCausal>
-int launch(const sy_attn_params &p, cudaStream_t stream) {
-    auto kernel = mma_fwd_kernel<Tr, T, kCausal>;
+template <class Tr, typename T, int kMode>
+int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
+    auto kernel = mma_fwd_kernel<Tr, T, kMode>;
     // Above 48 KiB a block's dynamic shared memory must be opted into, per kernel.
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     if (err != cudaSuccess) return static_cast<int>(err);
     dim3 grid(ceil_div(p.seqlen_q, Tr::kBlockM), p.heads_q, p.batch);
-    kernel<<<grid, Tr::kNThreads, Tr::kSmemBytes, stream>>>(p);
+    kernel<<<grid, Tr::kNThreads, Tr::kSmemBytes, stream>>>(p, band);
     return launch_status();
 }
 
-template <class Tr, typename T>
-int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
-    return p.is_causal ? launch<Tr, T, true>(p, stream) : launch<Tr, T, false>(p, stream);
+// d = 128 takes the 128-row causal tile for any band (MmaTraitsD128Causal: the 256-row tile leaves more
+// of the block idle on the band's edges) and the 256-row tile without one.
+template <class Tr, class TrBand, typename T>
+int launch_band(const sy_attn_params &p, cudaStream_t stream) {
+    int mode;
+    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                p.seqlen_k, &mode);
+    if (mode == kBandLocal) return launch<TrBand, T, kBandLocal>(p, band, stream);
+    return mode == kBandCausal ? launch<TrBand, T, kBandCausal>(p, band, stream) : launch<Tr, T, kBandNone>(p, band, stream);
 }
 
 template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
-    if (p.head_dim == 64) return launch_causal<MmaTraitsD64, T>(p, stream);
-    return p.is_causal ? launch<MmaTraitsD128Causal, T, true>(p, stream) : launch<MmaTraitsD128, T, false>(p, stream);
+    if (p.head_dim == 64) return launch_band<MmaTraitsD64, MmaTraitsD64, T>(p, stream);
+    return launch_band<MmaTraitsD128, MmaTraitsD128Causal, T>(p, stream);
 }
 
 }  // namespace
@@ -255,6 +267,7 @@ extern "C" int sy_attn_mma_fwd(const sy_attn_params *params, void *stream) {
     const sy_attn_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || p.mask != nullptr) return kUnsupported;
+    if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!aligned16(p.q, p.q_strides) || !aligned16(p.k, p.k_strides) || !aligned16(p.v, p.v_strides))
         return kInvalid;
     if (reinterpret_cast<uintptr_t>(p.o) % 4 != 0 || p.o_strides[2] % 2 != 0) return kInvalid;

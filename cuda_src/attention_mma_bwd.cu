@@ -15,6 +15,7 @@
 // with P = exp2(S * scale * log2(e) - LSE * log2(e)) and dS = P o (dP - D).
 #include <climits>
 
+#include "attention_band.cuh"
 #include "attention_bwd_common.cuh"
 #include "kernel_traits.cuh"
 #include "mma_primitives.cuh"
@@ -83,9 +84,9 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[kNTiles][4], const uint32_t
 }
 
 // ---- dkdv: the K/V-block outer loop ------------------------------------------------------------------------
-template <class Tr, typename T, bool kCausal, bool kAtomicDq>
+template <class Tr, typename T, int kMode, bool kAtomicDq>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
-dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head) {
+dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     static_assert(Tr::kBlockN == 16 * Tr::kNWarps, "warp w owns keys 16w .. 16w + 15");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *sK = reinterpret_cast<T *>(smem_raw);                  // [kBlockN][d]
@@ -107,10 +108,13 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head) {
     const float *gLse = p.lse_log2 + bwd_row_index(p, b, h, 0, rows_per_head);
     const float *gD = p.delta + bwd_row_index(p, b, h, 0, rows_per_head);
 
-    // Causal (top-left): row i sees key j iff j <= i, so query tiles wholly above n0 see none of
-    // these keys. Tiles whose rows all lie at or below the block's last key need no causal mask.
-    const int m_first = kCausal ? n0 / Tr::kBlockM : 0;
-    const int m_total = ceil_div(p.seqlen_q, Tr::kBlockM);
+    // Row i sees key j iff j - hi <= i <= j - lo (the band transposed, attention_band.cuh): query tiles
+    // outside [m_first, m_total) see none of these keys; tiles in [unmasked_begin, unmasked_end) see
+    // them all (causal: every row at or below the block's last key) and need no mask.
+    const BlockRange queries = band_blocks_in<kMode>(n0, min(n0 + Tr::kBlockN, p.seqlen_k) - 1, p.seqlen_q, Tr::kBlockM,
+                                           Band{-band.hi, -band.lo});
+    const int m_first = queries.begin;
+    const int m_total = queries.end;
     const bool ragged_keys = n0 + Tr::kBlockN > p.seqlen_k;
 
     // One query tile's Q, dO (zero-filled past seqlen_q) and its padded LSE, D rows: one cp.async group.
@@ -176,7 +180,8 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head) {
             zero(rS);
             gemm_abt<Tr, T>(rS, sK_a, sQ_b + tile_offset);
             // P^T = exp2(S^T * scale * log2 e - LSE_log2[query]); masked (key, query) pairs give 0. A
-            // key row sees the queries from its own index on (causal), or none if it is past seqlen_k.
+            // key row sees the queries of its band (key - query <= hi, and >= lo when local), or none
+            // if it is past seqlen_k.
 #pragma unroll
             for (int nt = 0; nt < Tr::kNTilesSlice; ++nt) {
                 const float2 lse = *reinterpret_cast<const float2 *>(sLse_t + Fragment::col(nt, 0, lane));
@@ -185,8 +190,10 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head) {
                     float s = rS[nt][r];
                     if constexpr (kMask) {
                         const int key = key_row0 + Fragment::row(r, lane);
-                        const int first_query = key >= p.seqlen_k ? INT_MAX : (kCausal ? key : 0);
-                        if (m0 + q0 + Fragment::col(nt, r % 2, lane) < first_query) s = -INFINITY;
+                        const int ahead = key - (m0 + q0 + Fragment::col(nt, r % 2, lane));   // key - query
+                        if (key >= p.seqlen_k || (kMode != kBandNone && ahead > band.hi) ||
+                            (kMode == kBandLocal && ahead < band.lo))
+                            s = -INFINITY;
                     }
                     rS[nt][r] = fast_exp2(s * scale_log2 - (r % 2 ? lse.y : lse.x));
                 }
@@ -241,16 +248,17 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head) {
         }
     };
 
-    // Masked and unmasked tiles run as two instantiations: only the causal diagonal tiles and a
-    // ragged last key block need the per-element test (2 of 64 tiles per key block at N = 4096).
-    const int m_unmasked = kCausal ? ceil_div(n0 + Tr::kBlockN - 1, Tr::kBlockM) : m_first;   // first tile past the diagonal
+    // Masked and unmasked tiles run as two instantiations: only the band's edge tiles (the causal
+    // diagonal, a window's end) and a ragged last key block need the per-element test (2 of 64 tiles
+    // per key block at N = 4096 causal).
 #pragma unroll 1   // the dK, dV accumulators take the registers
     for (int m_block = m_first; m_block < m_total; ++m_block) {
         const int stage = (m_block - m_first) % Tr::kStages;
         cp_async_wait<0>();   // this tile (and, first time, K and V) has landed for this thread ...
         __syncthreads();      // ... and for all; the other stage and sdS are free again
         if (m_block + 1 < m_total) load_query_tile(m_block + 1, (stage + 1) % Tr::kStages);
-        if (ragged_keys || (kCausal && m_block < m_unmasked)) query_tile(m_block, stage, std::true_type{});
+        if (ragged_keys || (kMode != kBandNone && (m_block < queries.unmasked_begin || m_block >= queries.unmasked_end)))
+            query_tile(m_block, stage, std::true_type{});
         else query_tile(m_block, stage, std::false_type{});
     }
     cp_async_wait<0>();   // no copy may still target shared memory when the block exits
@@ -271,9 +279,9 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head) {
 // ---- dq: the Q-block outer loop (deterministic mode) -----------------------------------------------------
 // Warp w owns query rows 16w .. 16w + 15 and walks the key blocks in order: S = Q K^T and dP = dO V^T
 // in registers, dS packed straight into the A operand of dQ += dS K. No atomics: fixed bits.
-template <class Tr, typename T, bool kCausal>
+template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
-dq_kernel(const sy_attn_bwd_params p, int rows_per_head) {
+dq_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     static_assert(Tr::kBlockM == 16 * Tr::kNWarps, "warp w owns query rows 16w .. 16w + 15");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw);                  // [kBlockM][d]
@@ -283,7 +291,7 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head) {
     constexpr int kStageBytes = Tr::kBlockN * Tr::kRowBytes;
 
     // Causal: the last query blocks see the most keys; launch them first so the grid's tail is short.
-    const int m_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int m_block = kMode != kBandNone ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z;
     const int h_kv = h / (p.heads_q / p.heads_kv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -291,11 +299,10 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head) {
     const T *gK = head_base(static_cast<const T *>(p.k), p.k_strides, b, h_kv);
     const T *gV = head_base(static_cast<const T *>(p.v), p.v_strides, b, h_kv);
 
+    // The key blocks the band reaches; those in [keys.unmasked_begin, keys.unmasked_end) are wholly
+    // present and seen whole by every row (attention_band.cuh).
     const int last_row = min(m0 + Tr::kBlockM, p.seqlen_q) - 1;
-    const int n_total = kCausal ? min(ceil_div(p.seqlen_k, Tr::kBlockN), last_row / Tr::kBlockN + 1)
-                                : ceil_div(p.seqlen_k, Tr::kBlockN);
-    // Key blocks below n_unmasked are wholly present and (causal) left of the block's first row.
-    const int n_unmasked = kCausal ? min(p.seqlen_k / Tr::kBlockN, (m0 + 1) / Tr::kBlockN) : p.seqlen_k / Tr::kBlockN;
+    const BlockRange keys = band_blocks_in<kMode>(m0, last_row, p.seqlen_k, Tr::kBlockN, band);
 
     auto load_key_tile = [&](int n_block, int stage) {
         load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK) + stage * kStageBytes, gK, p.k_strides[2], n_block * Tr::kBlockN, p.seqlen_k);
@@ -307,7 +314,7 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head) {
     load_tile_async<Tr, Tr::kBlockM>(smem_addr(sdO), head_base(static_cast<const T *>(p.dout), p.dout_strides, b, h),
                                      p.dout_strides[2], m0, p.seqlen_q);
     cp_async_commit();
-    load_key_tile(0, 0);
+    if (keys.begin < keys.end) load_key_tile(keys.begin, keys.begin % Tr::kStages);
 
     // This lane's two rows: LSE (log2 units, +inf on padding rows) and D.
     const int64_t row_base = bwd_row_index(p, b, h, m0 + warp * 16 + lane / 4, rows_per_head);
@@ -338,8 +345,10 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head) {
                 float s = rS[nt][r];
                 if constexpr (kMask) {
                     const int key = n_block * Tr::kBlockN + Fragment::col(nt, r % 2, lane);
-                    const int query = query_row0 + Fragment::row(r, lane);
-                    if (key >= p.seqlen_k || (kCausal && key > query)) s = -INFINITY;
+                    const int ahead = key - (query_row0 + Fragment::row(r, lane));   // key - query
+                    if (key >= p.seqlen_k || (kMode != kBandNone && ahead > band.hi) ||
+                        (kMode == kBandLocal && ahead < band.lo))
+                        s = -INFINITY;
                 }
                 rS[nt][r] = fast_exp2(s * scale_log2 - lse[r / 2]);
             }
@@ -355,11 +364,11 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head) {
         gemm_ab<Tr, T>(dQ, rdS, sK_bt + stage * kStageBytes);
     };
 
-    for (int n_block = 0; n_block < n_total; ++n_block) {
+    for (int n_block = keys.begin; n_block < keys.end; ++n_block) {
         cp_async_wait<0>();   // this key tile (and, first time, Q and dO) has landed for this thread ...
         __syncthreads();      // ... and for all; the other stage is free again
-        if (n_block + 1 < n_total) load_key_tile(n_block + 1, (n_block + 1) % Tr::kStages);
-        if (n_block >= n_unmasked) key_tile(n_block, std::true_type{});
+        if (n_block + 1 < keys.end) load_key_tile(n_block + 1, (n_block + 1) % Tr::kStages);
+        if (n_block < keys.unmasked_begin || n_block >= keys.unmasked_end) key_tile(n_block, std::true_type{});
         else key_tile(n_block, std::false_type{});
     }
     cp_async_wait<0>();
@@ -368,8 +377,8 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head) {
 }
 
 // ---- launch ---------------------------------------------------------------------------------------------
-template <class Tr, class TrDq, typename T, bool kCausal>
-int launch(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
+template <class Tr, class TrDq, typename T, int kMode>
+int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream_t stream) {
     int status;
     if ((status = launch_preprocess<T>(p, rows_per_head, stream)) != kOk) return status;
     cudaError_t err;
@@ -378,19 +387,19 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) 
         if ((err = cudaMemsetAsync(p.dq_accum, 0, bytes, stream)) != cudaSuccess) return static_cast<int>(err);
     }
     // Above 48 KiB a block's dynamic shared memory must be opted into, per kernel.
-    auto dkdv = p.deterministic ? dkdv_kernel<Tr, T, kCausal, false> : dkdv_kernel<Tr, T, kCausal, true>;
+    auto dkdv = p.deterministic ? dkdv_kernel<Tr, T, kMode, false> : dkdv_kernel<Tr, T, kMode, true>;
     err = cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kDkdvSmemBytes);
     if (err != cudaSuccess) return static_cast<int>(err);
     dim3 kv_grid(ceil_div(p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
-    dkdv<<<kv_grid, Tr::kNThreads, Tr::kDkdvSmemBytes, stream>>>(p, rows_per_head);
+    dkdv<<<kv_grid, Tr::kNThreads, Tr::kDkdvSmemBytes, stream>>>(p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
 
     if (p.deterministic) {
-        auto dq = dq_kernel<TrDq, T, kCausal>;
+        auto dq = dq_kernel<TrDq, T, kMode>;
         err = cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, TrDq::kDqSmemBytes);
         if (err != cudaSuccess) return static_cast<int>(err);
         dim3 q_grid(ceil_div(p.seqlen_q, TrDq::kBlockM), p.heads_q, p.batch);
-        dq<<<q_grid, TrDq::kNThreads, TrDq::kDqSmemBytes, stream>>>(p, rows_per_head);
+        dq<<<q_grid, TrDq::kNThreads, TrDq::kDqSmemBytes, stream>>>(p, rows_per_head, band);
         if ((status = launch_status()) != kOk) return status;
     } else {
         status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim,
@@ -403,8 +412,12 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) 
 
 template <class Tr, class TrDq, typename T>
 int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
-    return p.is_causal ? launch<Tr, TrDq, T, true>(p, rows_per_head, stream)
-                       : launch<Tr, TrDq, T, false>(p, rows_per_head, stream);
+    int mode;
+    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                p.seqlen_k, &mode);
+    if (mode == kBandLocal) return launch<Tr, TrDq, T, kBandLocal>(p, rows_per_head, band, stream);
+    return mode == kBandCausal ? launch<Tr, TrDq, T, kBandCausal>(p, rows_per_head, band, stream)
+                               : launch<Tr, TrDq, T, kBandNone>(p, rows_per_head, band, stream);
 }
 
 template <typename T>
@@ -434,7 +447,8 @@ extern "C" int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream) {
     if (status != kOk) return status;
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
-    if (p.dtype == SY_ATTN_F32) return kUnsupported;
+    if (p.dtype == SY_ATTN_F32 || p.cu_seqlens_q || p.cu_seqlens_k) return kUnsupported;   // varlen: hopper only
+    if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!p.lse_log2 || (!p.deterministic && !p.dq_accum)) return kInvalid;
     if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;
     if (!rows_aligned(p.q, p.q_strides, 16) || !rows_aligned(p.k, p.k_strides, 16) ||

@@ -113,3 +113,54 @@ def test_greedy_generation_with_left_padding_matches_sdpa():
     assert torch.equal(tokens["sympathy"], tokens["sdpa"])
     stats = sy.attention.patch_stats()
     assert stats.fallbacks == 0 and stats.paths["cpu+padding"] == 2 * 6, str(stats)
+
+
+# ---- sliding windows and bottom-right diagonals (the band, sympathy/attention/band.py) -------------------
+def transformers_mask(mask_function, batch, cache_positions, n_kv):
+    """A (B, 1, Nq, Nk) boolean mask from one of transformers' own mask functions, element by element."""
+    q = torch.tensor(list(cache_positions))[:, None]
+    mask = mask_function(torch.tensor(0), torch.tensor(0), q, torch.arange(n_kv)[None, :])
+    return mask.expand(len(cache_positions), n_kv)[None, None].expand(batch, 1, -1, -1)
+
+
+@pytest.mark.parametrize("n_q, n_kv, window", [(9, 9, 4), (5, 12, 3), (6, 6, 20), (4, 10, None)])
+def test_transformers_band_masks_are_recognised_exactly(n_q, n_kv, window):
+    """Masks built by transformers' sliding_window_causal / causal functions (queries at the last n_q
+    positions: a prefill over a cache) are the band with bottom-right alignment; one changed element, or a
+    padded sequence, is not taken for a band."""
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+
+    from sympathy.attention import band
+
+    fn = sliding_window_causal_mask_function(window) if window else causal_mask_function
+    mask = transformers_mask(fn, 2, range(n_kv - n_q, n_kv), n_kv)
+    expected = (n_kv - n_q, (window - 1, 0) if window else band.NO_WINDOW)
+    assert band.match_band_mask(mask, n_q, n_kv, window) == expected
+    broken = mask.clone()
+    broken[1, 0, -1, -1] = False
+    assert band.match_band_mask(broken, n_q, n_kv, window) is None
+    if window and window < n_kv:   # a window as long as the keys is no window: both sizes match then
+        assert band.match_band_mask(mask, n_q, n_kv, window + 1) is None
+
+
+@pytest.mark.gpu
+def test_mistral_sliding_window_runs_on_the_band_and_matches_sdpa():
+    """A tiny Mistral (sliding_window 16, 48 tokens, bf16, GPU): its sliding-window masks run as the band
+    on our kernels, logits as transformers' sdpa within bf16 rounding."""
+    sy.attention.register_transformers()
+    cfg = transformers.MistralConfig(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                     num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                                     max_position_embeddings=128, sliding_window=16, initializer_range=0.5)
+    logits = {}
+    ids = torch.randint(0, 128, (2, 48), generator=torch.Generator().manual_seed(2)).cuda()
+    for impl in ("sdpa", "sympathy"):
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=impl)
+        model = model.to("cuda", torch.bfloat16).eval()
+        sy.attention.patch_stats(reset=True)
+        with torch.no_grad():
+            logits[impl] = model(ids).logits.float()
+    stats = sy.attention.patch_stats()
+    assert stats.taken == 2 and all(path.endswith("+band") for path in stats.paths), str(stats)
+    ours, theirs = logits["sympathy"], logits["sdpa"]
+    assert ((ours - theirs).abs().max() / theirs.abs().max()).item() < 3e-2

@@ -11,6 +11,9 @@ Four kernels, a ladder (cuda_src/attention_{naive,tiled,mma,hopper}.cu):
     mma     FlashAttention-2 class: tensor cores, ldmatrix, cp.async, P in registers (fp16/bf16, d 64/128)
     hopper  FlashAttention-3 class, sm_90 only: TMA, wgmma, a producer and two or three ping-ponging
             consumer warpgroups (fp16/bf16, d 64/128)
+The band (band.py): `causal_offset` moves the causal diagonal (Nk - Nq: bottom-right, KV-cache prefill)
+and `window=(left, right)` is a sliding window (flash-attn's window_size), natively in mma and hopper,
+forward and backward; naive takes it as a mask.
 Backward (d = 64 or 128, no mask): FlashAttention-2's algorithm on tensor cores for fp16/bf16, with
 wgmma and TMA after a `hopper` forward (cuda_src/attention_hopper_bwd.cu, FlashAttention-3 class) and
 mma.sync otherwise or when deterministic (cuda_src/attention_mma_bwd.cu); fp32 math on CUDA cores for
@@ -36,6 +39,8 @@ from typing import List, Optional, Sequence, Tuple
 from .. import config
 from .._errors import NotSupportedError
 from ._checks import check_dropout
+from .band import NO_WINDOW, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
+from .math_backward import math_backward as _math_backward
 
 KERNELS = ("naive", "tiled", "mma", "hopper")
 TILED_HEAD_DIMS = (16, 32, 64, 128)
@@ -227,8 +232,9 @@ def _on_hopper(t) -> bool:
     return t.device.type == "cuda" and _torch().cuda.get_device_capability(t.device) == (9, 0)
 
 
-def _resolve_kernel(q, attn_mask, kernel: str) -> str:
-    """The kernel to run: "auto" resolved, and the kernel's dtype / head-dim / mask support checked."""
+def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
+    """The kernel to run: "auto" resolved, and the kernel's dtype / head-dim / mask support checked.
+    band: the call has a causal_offset or a window (mma and hopper take it; naive as a mask)."""
     torch = _torch()
     d = q.shape[-1]
     if kernel not in KERNELS + ("auto",):
@@ -241,12 +247,15 @@ def _resolve_kernel(q, attn_mask, kernel: str) -> str:
             kernel = "hopper"
         elif half and d in MMA_HEAD_DIMS:
             kernel = "mma"
-        elif d in TILED_HEAD_DIMS:
+        elif d in TILED_HEAD_DIMS and not band:
             kernel = "tiled"
         else:
             kernel = "naive"
     if attn_mask is not None and kernel != "naive":
         raise NotImplementedError(f"attn_mask is supported by kernel='naive' only; got kernel={kernel!r}")
+    if band and kernel == "tiled":
+        raise NotImplementedError("window and causal_offset are supported by kernels 'mma', 'hopper' and 'naive'; "
+                                  "got kernel='tiled'")
     if kernel == "tiled" and d not in TILED_HEAD_DIMS:
         raise ValueError(f"kernel='tiled' supports head dims {TILED_HEAD_DIMS}; got {d}")
     if kernel in ("mma", "hopper"):
@@ -258,8 +267,9 @@ def _resolve_kernel(q, attn_mask, kernel: str) -> str:
     return kernel
 
 
-def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel) -> str:
-    """Validate everything that can be validated without a device; return the kernel to run."""
+def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band: bool = False) -> str:
+    """Validate everything that can be validated without a device; return the kernel to run.
+    band: the call has a causal_offset or a window (checked by band.py)."""
     torch = _torch()
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -304,7 +314,7 @@ def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel) -> s
                              f"(B, H, Nq, Nk) = {(B, Hq, Nq, k.shape[2])}") from None
         if is_causal:
             raise ValueError("pass attn_mask or is_causal=True, not both (as torch's SDPA)")
-    kernel = _resolve_kernel(q, attn_mask, kernel)
+    kernel = _resolve_kernel(q, attn_mask, kernel, band)
     for name, t in (("q", q), ("k", k), ("v", v), ("attn_mask", attn_mask)):
         if t is not None and t.device.type != "cuda":
             raise ValueError(f"{name} must be on a CUDA device; got {t.device}")
@@ -338,11 +348,26 @@ def _kernel_q_and_scale(q, scale: float):
     return q, scale, 1
 
 
-def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=None, lse=None):
+def _set_band(p, causal_offset: int, window) -> None:
+    """The band fields of a sy_attn_params or sy_attn_bwd_params (attention_api.h)."""
+    p.causal_offset = causal_offset
+    p.has_window = int(tuple(window) != NO_WINDOW)
+    p.window_left, p.window_right = window
+
+
+def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=None, lse=None, *,
+            causal_offset: int = 0, window=NO_WINDOW):
     """Run one kernel on checked inputs. out and lse may be given (the tests pass NaN-poisoned
-    buffers, contiguous, of the right shape and dtype, to catch elements a kernel fails to write)."""
+    buffers, contiguous, of the right shape and dtype, to catch elements a kernel fails to write).
+
+    causal_offset, window: the band (band.py), checked by band.check_causal_offset/check_window: row i
+    sees keys i + causal_offset - left .. i + causal_offset + right (is_causal: right = 0). mma and
+    hopper take it natively; naive as a mask. A row that sees no key gives 0 and an LSE of -inf."""
     torch = _torch()
     arch = device_arch(q.device)
+    if kernel == "naive" and has_band(causal_offset, window):
+        attn_mask = merge_mask(attn_mask, q.shape[2], k.shape[2], is_causal, causal_offset, window, q.device)
+        is_causal, causal_offset, window = False, 0, NO_WINDOW
     q, scale, _ = _kernel_q_and_scale(q, scale)
     if kernel == "mma":
         if torch.cuda.get_device_capability(q.device) < (8, 0):
@@ -385,6 +410,7 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
     p.scale = scale
     p.is_causal = int(is_causal)
+    _set_band(p, causal_offset, window)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
@@ -394,15 +420,18 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
 
 
 def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float, deterministic: bool,
-                kernel: str = "mma"):
+                kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW):
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
-    math) for float32; _math_backward for attn_mask and other head dims."""
+    math) for float32; _math_backward for attn_mask and other head dims, and for a band (causal_offset,
+    window: as _launch) in float32."""
     torch = _torch()
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    if attn_mask is not None or d not in BWD_HEAD_DIMS:
-        return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale)
+    band = has_band(causal_offset, window)
+    if attn_mask is not None or d not in BWD_HEAD_DIMS or (band and q.dtype == torch.float32):
+        return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale, causal_offset=causal_offset,
+                              window=window)
     q, scale, dq_sign = _kernel_q_and_scale(q, scale)
     tensor_cores = q.dtype in (torch.float16, torch.bfloat16)
     if tensor_cores:   # cp.async reads 16-byte row chunks: a misaligned view is copied once
@@ -437,6 +466,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
         setattr(p, field, ffi.NULL if t is None else ffi.cast("float *", t.data_ptr()))
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
     p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
+    _set_band(p, causal_offset, window)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
     with torch.cuda.device(q.device):
@@ -446,34 +476,6 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     if dq_sign < 0:
         grads[0].neg_()
     return tuple(grads)
-
-
-def _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float):
-    """The same algorithm as attention_bwd.cu in torch ops (fp32, or fp64 for fp64 inputs):
-    P = exp(S - LSE), D = rowsum(dO o O), dS = P o (dO V^T - D); dK, dV summed over a GQA group.
-    The backward of attn_mask calls and odd head dims, and the formula gradcheck verifies."""
-    torch = _torch()
-    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    group = q.shape[1] // k.shape[1]
-    qf, kf, vf, of, dof = (t.to(acc) for t in (q, k, v, out, dout))
-    kf, vf = kf.repeat_interleave(group, dim=1), vf.repeat_interleave(group, dim=1)
-    s = (qf @ kf.transpose(-1, -2)) * scale
-    if is_causal:   # top-left, as the forward
-        nq, nk = s.shape[-2:]
-        s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device=s.device).triu(1), -math.inf)
-    if attn_mask is not None:
-        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
-    lse = lse.to(acc).unsqueeze(-1)
-    # A row that saw no key has LSE = -inf and P = 0 (exp(-inf - -inf) would be NaN).
-    p = torch.where(torch.isinf(lse), torch.zeros_like(s), torch.exp(s - lse))
-    delta = (dof * of).sum(-1, keepdim=True)
-    ds = p * (dof @ vf.transpose(-1, -2) - delta)
-    dq = (ds @ kf) * scale
-    dk = (ds.transpose(-1, -2) @ qf) * scale
-    dv = p.transpose(-1, -2) @ dof
-    B, Hkv, Nk = k.shape[:3]
-    dk, dv = (t.view(B, Hkv, group, Nk, t.shape[-1]).sum(2) for t in (dk, dv))   # dv may differ from d (CPU)
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 _op = None
@@ -488,40 +490,48 @@ def _attention_op():
         return _op
     torch = _torch()
 
+    # The band's three ints come last with defaults, so callers of the older eight-argument form still fit.
     @torch.library.custom_op("sympathy::attention_fwd", mutates_args=())
     def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
-                      is_causal: bool, scale: float, kernel: str, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-        return _launch(q, k, v, attn_mask, is_causal, scale, kernel)
+                      is_causal: bool, scale: float, kernel: str, deterministic: bool, causal_offset: int = 0,
+                      window_left: int = -1, window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor]:
+        return _launch(q, k, v, attn_mask, is_causal, scale, kernel, causal_offset=causal_offset,
+                       window=(window_left, window_right))
 
     @attention_fwd.register_fake
-    def _(q, k, v, attn_mask, is_causal, scale, kernel, deterministic):
+    def _(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset=0, window_left=-1, window_right=-1):
         B, Hq, Nq, d = q.shape
         return q.new_empty((B, Hq, Nq, d)), q.new_empty((B, Hq, Nq), dtype=torch.float32)
 
     @torch.library.custom_op("sympathy::attention_bwd", mutates_args=())
     def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                       lse: torch.Tensor, attn_mask: Optional[torch.Tensor], is_causal: bool, scale: float,
-                      deterministic: bool, kernel: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic, kernel)
+                      deterministic: bool, kernel: str, causal_offset: int = 0, window_left: int = -1,
+                      window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic, kernel,
+                           causal_offset=causal_offset, window=(window_left, window_right))
 
     @attention_bwd.register_fake
-    def _(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic, kernel):
+    def _(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic, kernel, causal_offset=0,
+          window_left=-1, window_right=-1):
         return torch.empty_like(q, memory_format=torch.contiguous_format), \
             torch.empty_like(k, memory_format=torch.contiguous_format), \
             torch.empty_like(v, memory_format=torch.contiguous_format)
 
     def setup_context(ctx, inputs, output):
-        q, k, v, attn_mask, is_causal, scale, kernel, deterministic = inputs
+        q, k, v, attn_mask, is_causal, scale, kernel, deterministic, *band = inputs
         out, lse = output
         ctx.save_for_backward(q, k, v, out, lse, attn_mask)
         ctx.is_causal, ctx.scale, ctx.deterministic, ctx.kernel = is_causal, scale, deterministic, kernel
+        ctx.band, ctx.n_inputs = tuple(band) + (0, -1, -1)[len(band):], len(inputs)
         ctx.mark_non_differentiable(lse)   # a statistic of the forward: gradients flow through out
 
     def backward(ctx, grad_out, _grad_lse):
         q, k, v, out, lse, attn_mask = ctx.saved_tensors
         dq, dk, dv = torch.ops.sympathy.attention_bwd(grad_out, q, k, v, out, lse, attn_mask,
-                                                      ctx.is_causal, ctx.scale, ctx.deterministic, ctx.kernel)
-        return dq, dk, dv, None, None, None, None, None
+                                                      ctx.is_causal, ctx.scale, ctx.deterministic, ctx.kernel,
+                                                      *ctx.band)
+        return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
     attention_fwd.register_autograd(backward, setup_context=setup_context)
     _op = attention_fwd
@@ -530,12 +540,15 @@ def _attention_op():
 
 def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
                        scale: Optional[float] = None, enable_gqa: bool = False, kernel: str = "auto",
-                       deterministic: Optional[bool] = None):
+                       deterministic: Optional[bool] = None, window: Optional[Tuple[int, int]] = None,
+                       causal_offset: int = 0):
     """(out, lse): attention and each query row's natural-log log-sum-exp of its scaled scores.
 
     Signature as torch's SDPA; dropout_p must be 0 (the kernels have none: NotImplementedError).
     lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
-    differentiable in q, k, v (see scaled_dot_product_attention for `deterministic`).
+    differentiable in q, k, v (see scaled_dot_product_attention for `deterministic`, `window` and
+    `causal_offset`). A stable entry for callers that build on the kernels (KV-cache prefill:
+    is_causal=True, causal_offset=Nk - Nq; ring attention: the LSE).
     """
     if check_dropout(dropout_p) > 0.0:
         raise NotImplementedError(f"dropout_p={dropout_p}: the CUDA kernels have no dropout; "
@@ -544,15 +557,26 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
         deterministic = _torch().are_deterministic_algorithms_enabled()
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool or None; got {type(deterministic).__name__}")
-    kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel)
+    window, causal_offset = check_window(window), check_causal_offset(causal_offset)
+    if hasattr(q, "shape") and hasattr(k, "shape") and len(q.shape) == 4 and len(k.shape) == 4:
+        bias_offset = causal_bias_band(attn_mask, is_causal, q.shape[2], k.shape[2])
+        if bias_offset is not None:   # torch's causal_upper_left / causal_lower_right: the band, no mask
+            if causal_offset:
+                raise ValueError("pass causal_offset or a CausalBias attn_mask, not both")
+            attn_mask, is_causal, causal_offset = None, True, bias_offset
+    band = has_band(causal_offset, window)
+    kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic)
+    if not band:   # the eight-argument form: the graph of an unbanded call is what it was
+        return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic)
+    return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic, causal_offset, *window)
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
                                  scale: Optional[float] = None, enable_gqa: bool = False, kernel: str = "auto",
-                                 deterministic: Optional[bool] = None):
+                                 deterministic: Optional[bool] = None, window: Optional[Tuple[int, int]] = None,
+                                 causal_offset: int = 0):
     """torch.nn.functional.scaled_dot_product_attention, forward and backward, on sympathy's CUDA kernels.
 
     CUDA tensors only (sy.attention.scaled_dot_product_attention takes every device); torch's
@@ -573,6 +597,15 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     runs; within 5 % of its atomic time, 0.6-1.0x the hopper backward's speed); None (the default) follows
     torch.use_deterministic_algorithms. attn_mask calls and head dims other than 64 and 128 take a
     torch-math backward (same algorithm, materialises P).
+
+    The band (band.py), keyword-only, ours: window=(left, right) is sliding-window attention as
+    flash-attn's window_size (-1: unbounded side; with is_causal the right side is 0), and
+    causal_offset moves the diagonal: row i sees keys i + causal_offset - left .. i + causal_offset +
+    right. causal_offset=0 is torch's top-left; Nk - Nq bottom-right (flash-attn's alignment). attn_mask
+    may be torch's causal_upper_left / causal_lower_right (a CausalBias): it runs as the band, no mask.
+    mma and hopper take the band natively, forward and backward (key blocks outside it never loaded);
+    naive as a mask; tiled not. A row that sees no key gives 0, as torch's SDPA.
     """
     return attention_with_lse(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
-                              kernel=kernel, deterministic=deterministic)[0]
+                              kernel=kernel, deterministic=deterministic, window=window,
+                              causal_offset=causal_offset)[0]

@@ -29,6 +29,7 @@ from typing import Callable, Optional
 from .._errors import NotSupportedError
 from . import cuda
 from ._checks import MAX_HEAD_DIM, check_dropout
+from .band import causal_bias_band, check_causal_offset, check_window, has_band
 from .padding import split_left_padding
 
 _original_sdpa = None
@@ -156,13 +157,25 @@ def _structural_reason(query, key, value, dropout_p, is_causal, scale, enable_gq
 
 def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
            kernel: str = "auto", deterministic: Optional[bool] = None, threads: Optional[int] = None,
-           mask_kernel: bool = True) -> Decision:
+           mask_kernel: bool = True, window=None, causal_offset: int = 0) -> Decision:
     """Route one call. mask_kernel: let a general attn_mask run on the CUDA `naive` kernel (the direct
-    call does; patch() and transformers send it to torch, whose masked kernels are faster)."""
+    call does; patch() and transformers send it to torch, whose masked kernels are faster).
+    window, causal_offset: the band (band.py), checked by the caller; torch's CausalBias attn_mask
+    becomes the band here."""
     reason = _structural_reason(query, key, value, dropout_p, is_causal, scale, enable_gqa)
     if reason:
         return Decision(reason=reason)
     import torch
+
+    try:
+        bias_offset = causal_bias_band(attn_mask, is_causal, query.shape[2], key.shape[2])
+    except ValueError as exc:
+        return Decision(reason=f"attn_mask: {exc}")
+    if bias_offset is not None:   # causal_upper_left / causal_lower_right: the band, no mask
+        if causal_offset:
+            return Decision(reason="a CausalBias attn_mask and causal_offset together")
+        attn_mask, is_causal, causal_offset = None, True, bias_offset
+    band = has_band(causal_offset, window or (-1, -1))
 
     if not torch.compiler.is_compiling():
         register_ops()
@@ -170,7 +183,7 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
         scale = 1.0 / math.sqrt(query.shape[-1])
     gqa = query.shape[1] != key.shape[1]
     on_cuda = query.device.type == "cuda"
-    if attn_mask is not None:
+    if attn_mask is not None and not band:
         split = split_left_padding(attn_mask, query, key, is_causal)
         if split is not None:
             def one(q, k, v, causal):
@@ -187,14 +200,16 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
             return Decision(reason="attn_mask other than left padding (torch's masked kernels are faster "
                                    "than our naive one)")
         try:
-            picked = cuda._check_inputs(query, key, value, attn_mask, is_causal, scale, gqa, kernel)
+            picked = cuda._check_inputs(query, key, value, attn_mask, is_causal, scale, gqa, kernel, band)
         except (ValueError, TypeError, NotImplementedError, NotSupportedError) as exc:
             return Decision(reason=f"CUDA kernels: {exc}")
         return Decision(path="cuda", run=lambda: cuda.scaled_dot_product_attention(
             query, key, value, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=gqa, kernel=picked,
-            deterministic=deterministic))
+            deterministic=deterministic, window=window, causal_offset=causal_offset))
     if kernel not in ("auto", "cpu"):
         return Decision(reason=f"kernel={kernel!r} on CPU tensors (the C kernel is 'cpu')")
+    if band:
+        return Decision(reason="a window, causal_offset or CausalBias on the CPU (the C kernel has no band)")
     reason = _cpu_reason(query, key, value, attn_mask)
     if reason:
         return Decision(reason=reason)
@@ -204,7 +219,8 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, *, scale: Optional[float] = None,
                                  enable_gqa: bool = False, kernel: str = "auto",
-                                 deterministic: Optional[bool] = None, threads: Optional[int] = None):
+                                 deterministic: Optional[bool] = None, threads: Optional[int] = None,
+                                 window=None, causal_offset: int = 0):
     """torch.nn.functional.scaled_dot_product_attention on sympathy's kernels, on any device.
 
     Same signature, defaults and meaning as torch's. CUDA tensors run the CUDA kernels (`kernel`:
@@ -214,14 +230,22 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     run torch's own SDPA. What our kernels cannot take raises (TypeError for a dtype, ValueError for
     bad shapes, NotImplementedError for a feature) before any kernel runs; sy.attention.patch() is
     the mode that falls back to torch instead.
+
+    window=(left, right) and causal_offset (keyword-only, ours): the band of band.py, sliding-window
+    attention and causal at any alignment, on the CUDA kernels (cuda.scaled_dot_product_attention says
+    how); attn_mask=torch's causal_lower_right(Nq, Nk) / causal_upper_left runs as that band.
     """
     import numpy as np
 
     if deterministic is not None and not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool or None; got {type(deterministic).__name__}")
+    window, causal_offset = check_window(window), check_causal_offset(causal_offset)
+    banded = has_band(causal_offset, window)
     if all(isinstance(t, np.ndarray) for t in (query, key, value)):
         from .cpu import cpu
 
+        if banded:
+            raise NotImplementedError("window and causal_offset run on the CUDA kernels (torch tensors on a GPU)")
         if kernel not in ("auto", "cpu"):
             raise ValueError(f"NumPy inputs run the C kernel (kernel='cpu'); got kernel={kernel!r}")
         return cpu(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
@@ -232,15 +256,21 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor (or all three NumPy arrays); got {type(t).__name__}")
     if check_dropout(dropout_p) > 0.0 or min(t.numel() for t in (query, key, value)) == 0:
+        if banded:
+            raise NotImplementedError("window and causal_offset with dropout_p > 0 or an empty input: torch's "
+                                      "SDPA, which runs those, has no band (pass the band as attn_mask)")
         return torch_sdpa()(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     decision = decide(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, kernel=kernel,
-                      deterministic=deterministic, threads=threads)
+                      deterministic=deterministic, threads=threads, window=window, causal_offset=causal_offset)
     if decision.run is not None:
         return decision.run()
     # Refused: raise the precise error of the path the call was meant for.
     if query.device.type == "cuda":
         return cuda.scaled_dot_product_attention(query, key, value, attn_mask, 0.0, is_causal, scale=scale,
-                                                 enable_gqa=enable_gqa, kernel=kernel, deterministic=deterministic)
+                                                 enable_gqa=enable_gqa, kernel=kernel, deterministic=deterministic,
+                                                 window=window, causal_offset=causal_offset)
+    if banded or causal_bias_band(attn_mask, is_causal, query.shape[2], key.shape[2]) is not None:
+        raise NotImplementedError(f"{decision.reason}; sy.attention.patch() runs such calls on torch's SDPA")
     if query.device.type == "cpu" and query.dtype != torch.float32:
         raise TypeError(f"CPU tensors run the C kernel, which is float32; got {query.dtype} (convert with "
                         ".float(), or use sy.attention.patch() to fall back to torch for other dtypes)")

@@ -9,13 +9,16 @@ builder transformers would pass no mask at all, and a padded batch would silentl
 padding). The function is transformers' `sdpa_attention_forward` with our kernels in place of torch's
 SDPA: no mask -> is_causal on our kernels; a left-padded batch -> one unmasked call per sequence
 (padding.py); GQA on the kernels (no repeat_kv copy); a decode step (one query token, no mask, CUDA)
--> the KV-cache kernel of kvcache.py (path "cuda-decode"). Everything else (dropout in training, other
+-> the KV-cache kernel of kvcache.py (path "cuda-decode"); a mask that is exactly one causal band for the
+whole batch (Mistral-style sliding windows, `sliding_window` from the model; a prefill over a cache,
+bottom-right) -> the band of band.py on our kernels, no mask read. Everything else (dropout in training, other
 masks, dtypes the device's kernel lacks, softcap, position bias, a paged cache, output_attentions)
 runs transformers' own `sdpa_attention_forward`, counted with its reason in
 `sy.attention.patch_stats()`. transformers stays optional: it is imported only here.
 """
 from typing import Optional
 
+from .band import match_band_mask
 from .patch import _record
 from .torch_api import decide
 
@@ -57,12 +60,24 @@ def sympathy_attention_forward(module, query, key, value, attention_mask, dropou
         _record("cuda-decode", None)
         return out, None
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    enable_gqa = query.shape[1] != key.shape[1]
+    band = match_band_mask(attention_mask, q_length, key.shape[2], kwargs.get("sliding_window")) \
+        if attention_mask is not None and q_length > 1 and is_causal else None
+    if band is not None:
+        # The whole batch shares one band (a sliding window, a bottom-right diagonal): the kernels take
+        # it as causal_offset and window and skip the key blocks outside it; the mask is never read.
+        causal_offset, window = band
+        decision = decide(query, key, value, None, dropout, True, scaling, enable_gqa, kernel=_options["kernel"],
+                          deterministic=_options["deterministic"], window=window, causal_offset=causal_offset)
+        if decision.run is not None:
+            out = decision.run()
+            _record(decision.path + "+band", None)
+            return out.transpose(1, 2).contiguous(), None
     # As sdpa_attention_forward: the causal flag only without a mask and beyond one query token; an empty
     # static cache's extra keys (never attended to under top-left causal) are cut off.
     is_causal = bool(q_length > 1 and attention_mask is None and is_causal)
     if is_causal and key.shape[2] > q_length:
         key, value = key[:, :, :q_length], value[:, :, :q_length]
-    enable_gqa = query.shape[1] != key.shape[1]
     decision = decide(query, key, value, attention_mask, dropout, is_causal, scaling, enable_gqa,
                       kernel=_options["kernel"], deterministic=_options["deterministic"], mask_kernel=False)
     if decision.run is None:
