@@ -232,35 +232,19 @@ def _chunk_on_hopper(torch, q, k_cache, v_cache, seqlen_k: int, causal: bool, sc
     """(out (B, Nq, Hq, d), lse (B, Hq, Nq)) of a chunk on the `hopper` kernel, which reads strided
     (B, H, N, d) views, so the (B, N, H, d) cache is passed as it lies (no copy) and GQA is its own.
 
-    Bottom-right causal without a bottom-right mask in that kernel: with P = seqlen_k - Nq, every query
-    sees keys [0, P) whole, and on the last Nq keys query i sees keys P..P+i, which is the top-left
-    causal mask of an Nq x Nq square. So: keys [0, P) unmasked, straight into `out`; the last Nq keys
-    top-left causal; then the two partial results merged exactly by their log-sum-exps,
-    O = O_1 + w (O_2 - O_1), w = exp(lse_2 - logaddexp(lse_1, lse_2)). The square is Nq / seqlen_k of
-    the work (1.6 % at 512 over 32k); the merge reads and writes the (small) outputs once more."""
+    Bottom-right causal is the kernel's band with causal_offset = seqlen_k - Nq (band.py): query i sees
+    keys 0 .. P + i, P = seqlen_k - Nq. Key blocks wholly before the chunk's diagonal run unmasked, only
+    the diagonal blocks take the compare, so one launch does the work of the two partial launches and
+    the log-sum-exp merge this route used before the band existed (one bf16 rounding of O, not two)."""
     from . import cuda as attention_cuda
 
     B, Nq, Hq, d = q.shape
     out = torch.empty((B, Nq, Hq, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Nq), dtype=torch.float32, device=q.device)
-    qh, oh = q.transpose(1, 2), out.transpose(1, 2)
-    kh, vh = (t[:B].transpose(1, 2) for t in (k_cache, v_cache))        # (B, Hkv, capacity, d) views
-    prefix = seqlen_k - Nq if causal else seqlen_k
-    if prefix > 0:
-        attention_cuda._launch(qh, kh[:, :, :prefix], vh[:, :, :prefix], None, False, scale, "hopper", out=oh, lse=lse)
-    if not causal:
-        return out, lse
-    square = (kh[:, :, prefix:seqlen_k], vh[:, :, prefix:seqlen_k])
-    if prefix == 0:
-        attention_cuda._launch(qh, *square, None, True, scale, "hopper", out=oh, lse=lse)
-        return out, lse
-    o2 = torch.empty((B, Hq, Nq, d), dtype=q.dtype, device=q.device)
-    lse2 = torch.empty_like(lse)
-    attention_cuda._launch(qh, *square, None, True, scale, "hopper", out=o2, lse=lse2)
-    total = torch.logaddexp(lse, lse2)
-    weight = torch.exp(lse2 - total).unsqueeze(-1)
-    oh.copy_(torch.lerp(oh.float(), o2.float(), weight))
-    return out, total
+    kh, vh = (t[:B, :seqlen_k].transpose(1, 2) for t in (k_cache, v_cache))   # (B, Hkv, seqlen_k, d) views
+    attention_cuda._launch(q.transpose(1, 2), kh, vh, None, causal, scale, "hopper", out=out.transpose(1, 2),
+                           lse=lse, causal_offset=seqlen_k - Nq if causal else 0)
+    return out, lse
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
