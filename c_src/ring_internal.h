@@ -51,12 +51,13 @@
 #define SY_RING_INTERNAL __attribute__((visibility("hidden")))
 
 #define SY_RING_MAGIC 0x474E495259504D59ull  /* "YMPYRING" little-endian: identifies our segments */
-/* 4: the work pool's blocks at the header's end (sympathy.Queue: work sequence, item counts, one
+/* 5: the producer record's owner lane (owner_floor): a version-4 reader would not see its claims.
+ * 4: the work pool's blocks at the header's end (sympathy.Queue: work sequence, item counts, one
  * gate per worker, one claim intent per producer).
  * 3: the origin block at the header's end (creation nonce, creator pid, item type).
  * 2: per-slot published headers, strided slots, the sequence area (1 had a cursor-only single
  * producer and a separate lap-number array for multi producers). */
-#define SY_RING_VERSION 4u
+#define SY_RING_VERSION 5u
 #define NO_SEQUENCE (-1)
 /* 128-byte blocks of the work pool: settings, work sequence, counts, 64 gates, 64 intents. */
 #define SY_WORK_POOL_BLOCKS (3 + SY_RING_MAX_CONSUMERS + SY_RING_MAX_PRODUCERS)
@@ -123,11 +124,16 @@ typedef struct sy_consumer_record {
 typedef struct sy_producer_record {
     _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t pid;
     _Atomic int64_t heartbeat_ns;
-    /* Peer liveness, multi producer (in the record's own block, after the fields above): claims
-     * this handle holds open (claimed, not yet published), and a sequence none of them starts
-     * before. A consumer stuck on a hole whose only possible owner is a dead process skips it. */
+    /* Peer liveness, multi producer (in the record's own block, after the fields above): which
+     * holes (claimed, not yet published) this handle may own. A consumer stuck on a hole whose only
+     * possible owner is a dead process skips it. Two lanes, because the handle may be shared:
+     * its owner thread (the first that claimed through it) writes owner_floor with plain stores,
+     * a sequence none of its open claim starts before (INT64_MAX: none open); every other thread
+     * counts its claims in open_claims (read-modify-writes) under claim_floor, as low as the
+     * first of them that is still open. */
     _Atomic int64_t open_claims;
     _Atomic int64_t claim_floor;
+    _Atomic int64_t owner_floor;
 } sy_producer_record;
 
 /* Who made the segment and what its items are: written once before the magic, like the identity,
@@ -209,6 +215,8 @@ struct sy_ring_producer {
     _Alignas(SY_DESTRUCTIVE_SIZE) int64_t next_claim;  /* single: last claimed */
     int64_t gating_cache;                               /* single: cached min of gating sequences */
     _Atomic int busy;                                   /* single: a claim is open (claim to publish) */
+    _Atomic uintptr_t owner_thread;                     /* multi: the thread of the owner lane, 0: none yet */
+    int64_t owner_seen;                                 /* multi, owner thread only: a cursor value it saw */
     sy_ring *ring;
     int record;
 };

@@ -72,9 +72,10 @@ void reap_dead_consumers(sy_ring *r) {
 
 /* Multi producer: is the hole at `want` (claimed, not published) a dead producer's? Only if no
  * live producer holds an open claim that may reach down to it and a dead one does. The cursor is
- * acquired first: a claim seen there comes with its producer's open-claim count and floor (both
- * written before the claim). Then the slot is marked skipped by compare-and-swap from the value
- * seen before the check, so a publish that lands meanwhile wins. */
+ * acquired first: a claim seen there comes with its producer's floor (the owner lane's, or the
+ * shared lane's count and floor: each written before the claim's release RMW of the cursor). Then
+ * the slot is marked skipped by compare-and-swap from the value seen before the check, so a publish
+ * that lands meanwhile wins. */
 bool abandon_dead_claim(sy_ring *r, int64_t want) {
     _Atomic int64_t *header = &slot_header(r, want)->published_plus_one;
     int64_t seen = atomic_load_explicit(header, memory_order_acquire);
@@ -85,8 +86,11 @@ bool abandon_dead_claim(sy_ring *r, int64_t want) {
     for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++) {
         sy_producer_record *rec = &r->header->producers[i];
         int64_t pid = atomic_load_explicit(&rec->pid, memory_order_acquire);
-        if (!pid || !atomic_load_explicit(&rec->open_claims, memory_order_acquire)) continue;
-        if (atomic_load_explicit(&rec->claim_floor, memory_order_acquire) > want) continue;
+        if (!pid) continue;
+        /* either lane (see owner_claims in ring_sequencer.c) may hold a claim reaching down to want */
+        bool shared_may_own = atomic_load_explicit(&rec->open_claims, memory_order_acquire) &&
+                              atomic_load_explicit(&rec->claim_floor, memory_order_acquire) <= want;
+        if (!shared_may_own && atomic_load_explicit(&rec->owner_floor, memory_order_acquire) > want) continue;
         if (pid_alive(pid)) return false;  /* a live producer may still publish it */
         dead_owner = true;
     }

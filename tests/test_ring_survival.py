@@ -323,6 +323,59 @@ def test_a_dead_claim_of_several_sequences_does_not_end_the_stream(wait):
         assert handled == list(range(10)) and poller.lost == 3
 
 
+@pytest.mark.parametrize("lane", ["owner", "shared"])
+def test_a_live_claim_held_open_behind_a_dead_one_is_waited_for(lane):
+    """A producer exits inside a claim of 3; then a live producer's thread holds its own claim
+    open. The readers skip the dead claim (lost == 3) and wait at the live one, which is delivered
+    once published. A multi-producer handle records its claims in two lanes (ring_sequencer.c,
+    owner_claims): the first thread that claims through it writes plain stores, any other thread
+    counts its claims; a reader that missed either lane would skip the live claim as the dead
+    producer's (its floor lies below) and lose its items."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with sy.RingBuffer(16, np.int64, name=name, producer="multi", wait="yield") as rb:
+        c = rb.consumer()
+        poller = rb.poller()
+        ready = ctx.Event()
+        child = ctx.Process(target=_exit_mid_claim, args=(name, ready))
+        child.start()
+        assert ready.wait(30)
+        child.join(HANG)
+        assert child.exitcode == 0
+        if lane == "shared":
+            rb.publish(100, timeout=HANG)  # this thread claims first: the holder below is not the owner
+        holding, release = threading.Event(), threading.Event()
+
+        def hold():
+            with rb.claim(2, timeout=HANG) as slots:
+                slots[:] = [101, 102]
+                holding.set()
+                release.wait(HANG)
+
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        assert holding.wait(HANG)
+        if lane == "owner":
+            rb.publish(100, timeout=HANG)  # after the held claim, through the other lane
+        got = [c.get(timeout=HANG)] if lane == "shared" else []
+        with pytest.raises(queue.Empty):
+            c.get(timeout=0.5)  # dozens of liveness periods: the live claim must not be skipped
+        assert c.lost == 3
+        seen = []
+        for _ in range(50):
+            poller.poll(lambda event, sequence, end_of_batch: seen.append(event))
+            time.sleep(0.01)
+        assert poller.lost == 3 and seen == got
+        release.set()
+        holder.join(HANG)
+        got += c.get_batch(16, timeout=HANG).tolist()
+        while len(got) < 3:
+            got += c.get_batch(16, timeout=HANG).tolist()
+        assert got == ([100, 101, 102] if lane == "shared" else [101, 102, 100]) and c.lost == 3
+
+
 # ---- case 7: Ctrl-C ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("wait", WAITS)
 def test_ctrl_c_interrupts_every_blocked_call(wait):
