@@ -6,7 +6,8 @@ round after round (A B, B A, A B, ...) so that a drift of the machine lands on b
         --rows 3p1c:busy_spin,3p1c:yield,3p1c:blocking,pp:busy_spin,pp:yield,pp:blocking
 
 Rows: `SHAPE:WAIT` with SHAPE one of unicast, pipeline, multicast, diamond, 3p1c (items/s, higher is
-better) or pp (the ping-pong round trip's p50 in ns, lower is better). Each checkout must be built in
+better) or pp (the ping-pong round trip's p50 in ns, lower is better); `SHAPE:WAIT@N` claims N items
+at a time (over --claim-items items) instead of --batch. Each checkout must be built in
 place (`python setup.py -q build_ext --inplace`). Prints, per row, every round's figure per tree, the
 medians, and new / old of the medians and of each round's pair (the first tree is the reference).
 """
@@ -25,21 +26,24 @@ SHAPES = {"unicast": 0, "pipeline": 1, "multicast": 2, "diamond": 3, "3p1c": 4}
 WORKER = r"""
 import json, sys
 from sympathy.bench.suites import ring as s
-rows, items, batch, rounds = json.loads(sys.argv[1])
+rows, items, batch, rounds, claim_items = json.loads(sys.argv[1])
 out = {}
 for row in rows:
     shape, wait = row.split(":")
+    wait, _, claim = wait.partition("@")
     if shape == "pp":
         out[row] = s.c_pingpong(wait, rounds)["p50 ns"]
-    else:
-        out[row] = s.c_ring(%s[shape], wait, items, batch)["items/s"]
+    else:  # SHAPE:WAIT@N: claims of N items, over claim_items items
+        n = int(claim) if claim else batch
+        out[row] = s.c_ring(%s[shape], wait, claim_items if claim else items, n)["items/s"]
 print(json.dumps(out))
 """ % (SHAPES,)
 
 
 def measure(tree: str, rows: list[str], args) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree), PYTHONWARNINGS="ignore")
-    spec = json.dumps([rows, args.items, args.batch, args.pp_rounds])
+    path = os.pathsep.join(p for p in (os.path.abspath(tree), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, PYTHONWARNINGS="ignore")
+    spec = json.dumps([rows, args.items, args.batch, args.pp_rounds, args.claim_items])
     done = subprocess.run([sys.executable, "-c", WORKER, spec], cwd=tree, env=env, capture_output=True,
                           text=True, timeout=300)
     if done.returncode != 0:
@@ -54,6 +58,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds; each runs every tree once")
     parser.add_argument("--items", type=int, default=20_000_000, help="items per shape run (the suite's default)")
     parser.add_argument("--batch", type=int, default=1024, help="producer claim size (the suite's default)")
+    parser.add_argument("--claim-items", type=int, default=2_000_000, help="items per SHAPE:WAIT@N run")
     parser.add_argument("--pp-rounds", type=int, default=200_000, help="ping-pong round trips (the suite's default)")
     parser.add_argument("--json", default=None, help="also write every figure here")
     args = parser.parse_args()

@@ -437,3 +437,59 @@ print("DONE", flush=True)
         proc.kill()
         proc.wait()
     print(wait, {k: f"{v * 1e3:.1f} ms" for k, v in latencies.items()})
+
+
+def test_ctrl_c_as_get_returns_from_c_loses_no_item():
+    """get() of a plain dtype takes every ready item in one C call, which releases them, and hands
+    them out one by one. A SIGINT that arrives during that call raises KeyboardInterrupt when the
+    call returns (the interpreter runs signal handlers then): before, the items it took were
+    dropped (released, never stored); now they stay counted in the consumer and come next. The
+    interrupt is raised exactly there by wrapping the C call (and, for a single item, the unpack
+    after it)."""
+    out = assert_clean_exit(run_child(PRELUDE + """
+import sympathy.ring.consumer as cm
+rb = sy.RingBuffer(64, np.int64)
+c = rb.consumer()
+real_read = cm._read_ahead
+def read_then_interrupt(*args):
+    real_read(*args)
+    raise KeyboardInterrupt  # what a pending SIGINT does as the call returns
+def interrupted(call):
+    try:
+        call()
+    except KeyboardInterrupt:
+        return True
+    return False
+rb.publish_batch(np.arange(10, dtype=np.int64))
+cm._read_ahead = read_then_interrupt
+assert interrupted(c.get)
+cm._read_ahead = real_read
+got = []
+try:
+    while len(got) < 10:
+        got.append(c.get(timeout=1))
+except queue.Empty:
+    pass
+print("batch", got == list(range(10)), got)
+rb.publish(42)
+real_unpack = rb._unpack
+def unpack_then_interrupt(buf):
+    real_unpack(buf)
+    raise KeyboardInterrupt
+rb._unpack = unpack_then_interrupt
+assert interrupted(c.get)
+rb._unpack = real_unpack
+try:
+    print("single", c.get(timeout=1) == 42)
+except queue.Empty:
+    print("single", False)
+rb.publish_batch(np.arange(100, 105, dtype=np.int64))
+cm._read_ahead = read_then_interrupt
+assert interrupted(c.get)
+cm._read_ahead = real_read
+try:
+    print("then get_batch", c.get_batch(16, timeout=1).tolist() == list(range(100, 105)))
+except queue.Empty:
+    print("then get_batch", False)
+"""))
+    assert out.split("\n")[-4:] == ["batch True " + str(list(range(10))), "single True", "then get_batch True", ""], out
