@@ -51,7 +51,8 @@
 #define SY_RING_INTERNAL __attribute__((visibility("hidden")))
 
 #define SY_RING_MAGIC 0x474E495259504D59ull  /* "YMPYRING" little-endian: identifies our segments */
-/* 5: the producer record's owner lane (owner_floor): a version-4 reader would not see its claims.
+/* 5: the producer record's owner lane (owner_floor): a version-4 reader would not see its claims;
+ * the dead producer's cursor mark (dead_cursor_plus_one) that lets its record be reclaimed.
  * 4: the work pool's blocks at the header's end (sympathy.Queue: work sequence, item counts, one
  * gate per worker, one claim intent per producer).
  * 3: the origin block at the header's end (creation nonce, creator pid, item type).
@@ -134,6 +135,9 @@ typedef struct sy_producer_record {
     _Atomic int64_t open_claims;
     _Atomic int64_t claim_floor;
     _Atomic int64_t owner_floor;
+    /* Once the producer is seen dead with a claim open: the cursor then, plus one (0: not yet). Its
+     * claims all lie at or below it, so once every consumer has passed it the record can go. */
+    _Atomic int64_t dead_cursor_plus_one;
 } sy_producer_record;
 
 /* Who made the segment and what its items are: written once before the magic, like the identity,
@@ -298,6 +302,7 @@ SY_RING_INTERNAL bool pid_alive(int64_t pid);
 SY_RING_INTERNAL bool any_consumer_dead(const sy_ring *r, uint64_t among);
 SY_RING_INTERNAL void reap_dead_consumers(sy_ring *r);
 SY_RING_INTERNAL bool abandon_dead_claim(sy_ring *r, int64_t want);
+SY_RING_INTERNAL int64_t mark_dead_cursor(sy_ring *r, sy_producer_record *rec);
 SY_RING_INTERNAL bool stream_drained(const sy_ring *r, int64_t want, uint64_t upstream);
 SY_RING_INTERNAL int registry_lock(sy_ring *r);
 SY_RING_INTERNAL void registry_unlock(sy_ring *r);

@@ -16,8 +16,10 @@
 /* ---- producers ------------------------------------------------------------------------------------ */
 
 /* Under the registration lock: frees the records of dead producers. A single producer's record
- * always goes (the new producer takes over at the cursor); a multi producer's only with no claim
- * open, because the consumers read who may own a hole from it. Returns how many were freed. */
+ * always goes (the new producer takes over at the cursor); a multi producer's with a claim open
+ * only once every consumer has passed the cursor as it stood after the death (mark_dead_cursor):
+ * until then a consumer may still have to learn from it that the hole it waits on is a dead
+ * producer's. Returns how many were freed. */
 static int reclaim_dead_producers(sy_ring *r) {
     int freed = 0;
     for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++) {
@@ -26,8 +28,10 @@ static int reclaim_dead_producers(sy_ring *r) {
         if (!pid || pid_alive(pid)) continue;
         if (r->producer_kind == SY_RING_MULTI_PRODUCER &&
             (atomic_load_explicit(&rec->open_claims, memory_order_acquire) ||
-             atomic_load_explicit(&rec->owner_floor, memory_order_acquire) != INT64_MAX))
-            continue;
+             atomic_load_explicit(&rec->owner_floor, memory_order_acquire) != INT64_MAX)) {
+            int64_t last = mark_dead_cursor(r, rec);
+            if (minimum_gating(r, INT64_MAX) < last) continue;  /* a consumer is still at or before it */
+        }
         atomic_store_explicit(&rec->pid, 0, memory_order_release);
         atomic_fetch_sub_explicit(&r->header->registry.producers, 1, memory_order_relaxed);
         freed++;
@@ -61,7 +65,10 @@ static bool owner_claims(sy_ring_producer *p) {
  * RMWs, then the RMW, is two transfers of the hottest line per claim instead of one (3P-1C ran
  * 8-21 % slower that way). */
 static void owner_open(sy_ring_producer *p, int64_t floor) {
-    atomic_store_explicit(&p->ring->header->producers[p->record].owner_floor, floor, memory_order_relaxed);
+    /* release, though the RMW after it carries it to readers already: a reader that finds this
+     * floor must also see the record's reclaim before this handle took it (abandon_dead_claim);
+     * on x86 a release store is the same plain store */
+    atomic_store_explicit(&p->ring->header->producers[p->record].owner_floor, floor, memory_order_release);
 }
 
 /* release: a consumer that sees no claim open sees the slots published before */
@@ -79,7 +86,8 @@ static bool shared_open(sy_ring_producer *p) {
 }
 
 static void shared_raise_floor(sy_ring_producer *p, int64_t first) {
-    atomic_store_explicit(&p->ring->header->producers[p->record].claim_floor, first, memory_order_relaxed);
+    /* release: as owner_open */
+    atomic_store_explicit(&p->ring->header->producers[p->record].claim_floor, first, memory_order_release);
 }
 
 /* release: as owner_close */
@@ -118,8 +126,11 @@ int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
         if (record < 0) status = SY_EINVAL;
     }
     if (status == SY_OK) {
-        atomic_store_explicit(&r->header->producers[record].open_claims, 0, memory_order_relaxed);
-        atomic_store_explicit(&r->header->producers[record].owner_floor, INT64_MAX, memory_order_relaxed);
+        /* release: a reader that sees these sees the reclaim before them (abandon_dead_claim) */
+        sy_producer_record *rec = &r->header->producers[record];
+        atomic_store_explicit(&rec->dead_cursor_plus_one, 0, memory_order_relaxed);
+        atomic_store_explicit(&rec->open_claims, 0, memory_order_release);
+        atomic_store_explicit(&rec->owner_floor, INT64_MAX, memory_order_release);
         atomic_store_explicit(&r->header->producers[record].heartbeat_ns, (int64_t)sy_now_ns(), memory_order_relaxed);
         atomic_store_explicit(&r->header->producers[record].pid, (int64_t)getpid(), memory_order_release);
         atomic_fetch_add_explicit(&reg->producers, 1, memory_order_relaxed);

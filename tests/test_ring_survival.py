@@ -376,6 +376,40 @@ def test_a_live_claim_held_open_behind_a_dead_one_is_waited_for(lane):
         assert got == ([100, 101, 102] if lane == "shared" else [101, 102, 100]) and c.lost == 3
 
 
+def test_records_of_dead_producers_with_open_claims_are_reclaimed():
+    """A multi-producer ring has 64 producer records. A producer that dies holding a claim keeps
+    its record while the claim is open, because readers learn from it who may own the hole; once
+    every consumer has passed the cursor as it stood after the death, nobody needs it. Before, such
+    records were never freed: after 63 such deaths (the 64th record is this process's producer)
+    no producer could join any more. Here 70 producers each die inside a claim, one after another;
+    each must join, and every live item comes through with the 70 dead claims counted lost."""
+    name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    out = assert_clean_exit(run_child(PRELUDE + f"""
+import os, multiprocessing as mp
+ctx = mp.get_context("fork")
+rb = sy.RingBuffer(64, np.int64, name={name!r}, producer="multi", wait="yield")
+c = rb.consumer()
+def die_inside_a_claim():
+    ring = sy.RingBuffer.attach({name!r}, np.int64)
+    ring._producer_handle()  # joins: a free (or freed) record, else ValueError and exit status 1
+    with ring.claim(1):
+        os._exit(0)
+got = []
+for i in range(70):
+    child = ctx.Process(target=die_inside_a_claim)
+    child.start()
+    child.join(30)
+    if child.exitcode != 0:
+        print("producer", i, "could not join: exit status", child.exitcode)
+        break
+    rb.publish(i, timeout=30)
+    got.append(c.get(timeout=30))
+print("delivered", got == list(range(70)), "lost", c.lost)
+rb.close()
+"""))
+    assert out.strip().splitlines()[-1] == "delivered True lost 70", out
+
+
 # ---- case 7: Ctrl-C ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("wait", WAITS)
 def test_ctrl_c_interrupts_every_blocked_call(wait):
