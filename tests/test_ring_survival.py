@@ -410,6 +410,21 @@ rb.close()
     assert out.strip().splitlines()[-1] == "delivered True lost 70", out
 
 
+def test_a_65th_live_multi_producer_is_told_why_it_cannot_join():
+    """64 producer records: the 65th live producer gets a ValueError that says so (before: "this
+    single-producer ring already has a producer", said of a multi-producer ring)."""
+    name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with sy.RingBuffer(128, np.int64, name=name, producer="multi") as rb:
+        rings = [sy.RingBuffer.attach(name, np.int64) for _ in range(64)]
+        for ring in rings[:63]:
+            ring.publish(1)  # each object opens its own producer: with rb's, 64 records in use
+        rb.publish(1)
+        with pytest.raises(ValueError, match="every producer record"):
+            rings[63].publish(1)
+        for ring in rings:
+            ring.close()
+
+
 # ---- case 7: Ctrl-C ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("wait", WAITS)
 def test_ctrl_c_interrupts_every_blocked_call(wait):
