@@ -48,7 +48,8 @@ static int reclaim_dead_producers(sy_ring *r) {
  * one writer, so the first thread that claims through the handle owns the owner lane
  * (owner_floor) for the handle's life; any other thread sharing the handle (a Python object any
  * thread may publish through) counts its claims in the shared lane with read-modify-writes, as
- * every claim did before. */
+ * every claim did before. A fork()ed child opens its own producer (RingBuffer.attach does): one
+ * inherited through fork would share the parent's record, its pid and, here, its owner thread id. */
 static bool owner_claims(sy_ring_producer *p) {
     uintptr_t me = (uintptr_t)pthread_self();
     /* relaxed: the lane's own fields are written by that one thread; the CAS only picks it */
