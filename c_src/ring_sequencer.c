@@ -268,7 +268,7 @@ static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns,
     sy_ring *r = p->ring;
     int64_t deadline = deadline_from(timeout_ns);
     bool owner = owner_claims(p);
-    bool first = owner || shared_open(p);
+    bool counted = false, first = false;  /* shared lane: this attempt counted open; as its only claim */
     for (;;) {
         int64_t current = atomic_load_explicit(r->cursor, memory_order_relaxed);
         int64_t next = current + n;
@@ -277,23 +277,32 @@ static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns,
         if (wrap_point > cached || cached > current) {
             int64_t gating = minimum_gating(r, current);
             if (wrap_point > gating) {
-                /* A failed CAS below left the owner's floor open: closed before waiting (see there) */
+                /* Nothing of ours looks open while we wait (a failed CAS below leaves it so): a
+                 * floor below a dead producer's hole would keep the consumers from skipping it,
+                 * and only that skip frees the space we wait for. The shared lane used to count
+                 * the claim open from the start, through this wait: two threads on one handle,
+                 * one of them waiting here with its floor below a dead claim, stalled the ring
+                 * until the wait timed out (ad hoc stress, 2 runs in 10 under yield). */
                 if (owner) owner_close(p);
+                else if (counted) shared_close(p);
+                counted = false;
                 int64_t left = deadline - (int64_t)sy_now_ns();
                 int status = wait_for_space(p, wrap_point, current, left > 0 ? left : 0, &gating);
-                if (status != SY_OK) {
-                    if (!owner) shared_close(p);  /* nothing was claimed */
-                    return status;
-                }
+                if (status != SY_OK) return status;  /* nothing was claimed, nothing is open */
             }
             atomic_store_explicit(r->gating_cache, gating, memory_order_release);
             if (wrap_point > gating) continue;
         }
         /* The owner's floor is exact here: the claim, if the CAS succeeds, starts at current + 1
          * (a failed CAS leaves it naming sequences another producer took: more holes, never fewer,
-         * and only until the next attempt stores the new one). Opened only now, after the wait for
-         * space, for the reason given in claim_multi_untimed. */
-        if (owner) owner_open(p, current + 1);
+         * and only until the next attempt stores the new one). Either lane opens only now, after
+         * the wait for space (see there). */
+        if (owner) {
+            owner_open(p, current + 1);
+        } else if (!counted) {
+            first = shared_open(p);
+            counted = true;
+        }
         if (atomic_compare_exchange_weak_explicit(r->cursor, &current, next, memory_order_release,
                                                   memory_order_relaxed)) {  /* release: see owner_open */
             if (owner) p->owner_seen = next;

@@ -376,6 +376,54 @@ def test_a_live_claim_held_open_behind_a_dead_one_is_waited_for(lane):
         assert got == ([100, 101, 102] if lane == "shared" else [101, 102, 100]) and c.lost == 3
 
 
+def test_a_thread_waiting_for_space_does_not_shield_a_dead_claim():
+    """Two threads publish through one multi-producer object: the first owns the record's owner
+    lane, the second counts its claims in the shared lane. A producer dies inside a claim; the
+    owner thread fills the ring behind it; the second thread's publish then waits for space. The
+    reader must skip the dead claim, which is what frees that space. Before, the waiting thread's
+    claim was counted open through its wait, under a floor from its previous claim (below the dead
+    one), so the reader took the hole for the waiting thread's and waited too: the ring stalled
+    until the publish timed out."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with sy.RingBuffer(16, np.int64, name=name, producer="multi", wait="yield") as rb:
+        c = rb.consumer()
+        rb.publish(0, timeout=HANG)                      # this thread: the owner lane, sequence 0
+        second = threading.Thread(target=lambda: rb.publish(1, timeout=HANG))
+        second.start()
+        second.join(HANG)                                # the shared lane, sequence 1
+        ready = ctx.Event()
+        child = ctx.Process(target=_exit_mid_claim, args=(name, ready))
+        child.start()
+        assert ready.wait(30)
+        child.join(HANG)                                 # sequences 2-4: a dead claim
+        for i in range(5, 16):
+            rb.publish(i, timeout=HANG)
+        got = c.get_batch(16, timeout=HANG).tolist()     # 0 and 1: the reader now stands at the hole
+        rb.publish(16, timeout=HANG)
+        rb.publish(17, timeout=HANG)                     # the ring is full from there
+        errors = []
+
+        def publish_when_space():
+            try:
+                rb.publish(18, timeout=HANG)
+            except BaseException as exc:
+                errors.append(exc)
+
+        waiting = threading.Thread(target=publish_when_space)
+        waiting.start()
+        time.sleep(0.3)                                  # well inside its wait for space
+        try:
+            while len(got) < 16:
+                got += c.get_batch(16, timeout=5).tolist()
+        except queue.Empty:
+            pass
+        waiting.join(HANG)
+        assert got == [0, 1] + list(range(5, 19)) and c.lost == 3 and not errors, (got, c.lost, errors)
+
+
 def test_records_of_dead_producers_with_open_claims_are_reclaimed():
     """A multi-producer ring has 64 producer records. A producer that dies holding a claim keeps
     its record while the claim is open, because readers learn from it who may own the hole; once
