@@ -51,12 +51,14 @@
 #define SY_RING_INTERNAL __attribute__((visibility("hidden")))
 
 #define SY_RING_MAGIC 0x474E495259504D59ull  /* "YMPYRING" little-endian: identifies our segments */
-/* 4: the work pool's blocks at the header's end (sympathy.Queue: work sequence, item counts, one
+/* 5: the producer record's owner lane (owner_floor): a version-4 reader would not see its claims;
+ * the dead producer's cursor mark (dead_cursor_plus_one) that lets its record be reclaimed.
+ * 4: the work pool's blocks at the header's end (sympathy.Queue: work sequence, item counts, one
  * gate per worker, one claim intent per producer).
  * 3: the origin block at the header's end (creation nonce, creator pid, item type).
  * 2: per-slot published headers, strided slots, the sequence area (1 had a cursor-only single
  * producer and a separate lap-number array for multi producers). */
-#define SY_RING_VERSION 4u
+#define SY_RING_VERSION 5u
 #define NO_SEQUENCE (-1)
 /* 128-byte blocks of the work pool: settings, work sequence, counts, 64 gates, 64 intents. */
 #define SY_WORK_POOL_BLOCKS (3 + SY_RING_MAX_CONSUMERS + SY_RING_MAX_PRODUCERS)
@@ -127,11 +129,19 @@ typedef struct sy_consumer_record {
 typedef struct sy_producer_record {
     _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t pid;
     _Atomic int64_t heartbeat_ns;
-    /* Peer liveness, multi producer (in the record's own block, after the fields above): claims
-     * this handle holds open (claimed, not yet published), and a sequence none of them starts
-     * before. A consumer stuck on a hole whose only possible owner is a dead process skips it. */
+    /* Peer liveness, multi producer (in the record's own block, after the fields above): which
+     * holes (claimed, not yet published) this handle may own. A consumer stuck on a hole whose only
+     * possible owner is a dead process skips it. Two lanes, because the handle may be shared:
+     * its owner thread (the first that claimed through it) writes owner_floor with plain stores,
+     * a sequence none of its open claim starts before (INT64_MAX: none open); every other thread
+     * counts its claims in open_claims (read-modify-writes) under claim_floor, as low as the
+     * first of them that is still open. */
     _Atomic int64_t open_claims;
     _Atomic int64_t claim_floor;
+    _Atomic int64_t owner_floor;
+    /* Once the producer is seen dead with a claim open: the cursor then, plus one (0: not yet). Its
+     * claims all lie at or below it, so once every consumer has passed it the record can go. */
+    _Atomic int64_t dead_cursor_plus_one;
 } sy_producer_record;
 
 /* Who made the segment and what its items are: written once before the magic, like the identity,
@@ -213,6 +223,8 @@ struct sy_ring_producer {
     _Alignas(SY_DESTRUCTIVE_SIZE) int64_t next_claim;  /* single: last claimed */
     int64_t gating_cache;                               /* single: cached min of gating sequences */
     _Atomic int busy;                                   /* single: a claim is open (claim to publish) */
+    _Atomic uintptr_t owner_thread;                     /* multi: the thread of the owner lane, 0: none yet */
+    int64_t owner_seen;                                 /* multi, owner thread only: a cursor value it saw */
     sy_ring *ring;
     int record;
 };
@@ -294,6 +306,7 @@ SY_RING_INTERNAL bool pid_alive(int64_t pid);
 SY_RING_INTERNAL bool any_consumer_dead(const sy_ring *r, uint64_t among);
 SY_RING_INTERNAL void reap_dead_consumers(sy_ring *r);
 SY_RING_INTERNAL bool abandon_dead_claim(sy_ring *r, int64_t want);
+SY_RING_INTERNAL int64_t mark_dead_cursor(sy_ring *r, sy_producer_record *rec);
 SY_RING_INTERNAL bool stream_drained(const sy_ring *r, int64_t want, uint64_t upstream);
 SY_RING_INTERNAL int registry_lock(sy_ring *r);
 SY_RING_INTERNAL void registry_unlock(sy_ring *r);

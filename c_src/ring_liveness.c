@@ -72,27 +72,51 @@ void reap_dead_consumers(sy_ring *r) {
 
 /* Multi producer: is the hole at `want` (claimed, not published) a dead producer's? Only if no
  * live producer holds an open claim that may reach down to it and a dead one does. The cursor is
- * acquired first: a claim seen there comes with its producer's open-claim count and floor (both
- * written before the claim). Then the slot is marked skipped by compare-and-swap from the value
- * seen before the check, so a publish that lands meanwhile wins. */
+ * acquired first: a claim seen there comes with its producer's floor (the owner lane's, or the
+ * shared lane's count and floor: each written before the claim's release RMW of the cursor). Then
+ * the slot is marked skipped by compare-and-swap from the value seen before the check, so a publish
+ * that lands meanwhile wins. */
 bool abandon_dead_claim(sy_ring *r, int64_t want) {
     _Atomic int64_t *header = &slot_header(r, want)->published_plus_one;
     int64_t seen = atomic_load_explicit(header, memory_order_acquire);
     if (seen == want + 1) return false;
     if (seen == skipped_mark(want)) return true;
     if (atomic_load_explicit(r->cursor, memory_order_acquire) < want) return false;  /* not claimed */
-    bool dead_owner = false;
+    uint64_t dead_owners = 0;
     for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++) {
         sy_producer_record *rec = &r->header->producers[i];
         int64_t pid = atomic_load_explicit(&rec->pid, memory_order_acquire);
-        if (!pid || !atomic_load_explicit(&rec->open_claims, memory_order_acquire)) continue;
-        if (atomic_load_explicit(&rec->claim_floor, memory_order_acquire) > want) continue;
+        if (!pid) continue;
+        /* either lane (see owner_claims in ring_sequencer.c) may hold a claim reaching down to want */
+        bool shared_may_own = atomic_load_explicit(&rec->open_claims, memory_order_acquire) &&
+                              atomic_load_explicit(&rec->claim_floor, memory_order_acquire) <= want;
+        if (!shared_may_own && atomic_load_explicit(&rec->owner_floor, memory_order_acquire) > want) continue;
+        /* A reclaimed record handed to a new producer while we read it: the fields above may be
+         * the new one's (their stores are releases, after the reclaim), so the pid we hold would
+         * not be theirs. Decide on a later look. */
+        if (atomic_load_explicit(&rec->pid, memory_order_acquire) != pid) return false;
         if (pid_alive(pid)) return false;  /* a live producer may still publish it */
-        dead_owner = true;
+        dead_owners |= 1ull << i;
     }
-    return dead_owner && (atomic_compare_exchange_strong_explicit(header, &seen, skipped_mark(want),
-                                                                  memory_order_acq_rel, memory_order_acquire)
-                          || seen == skipped_mark(want));
+    if (!dead_owners) return false;
+    for (uint64_t d = dead_owners; d; d &= d - 1) mark_dead_cursor(r, &r->header->producers[__builtin_ctzll(d)]);
+    return atomic_compare_exchange_strong_explicit(header, &seen, skipped_mark(want), memory_order_acq_rel,
+                                                   memory_order_acquire) || seen == skipped_mark(want);
+}
+
+/* A producer seen dead with a claim open: the cursor now, read after its death was seen, is at
+ * or above every sequence it claimed. Recorded once (the first look wins); returns it. Once every
+ * consumer has passed it, every hole of that producer is behind them (skipped), and its record
+ * goes (reclaim_dead_producers): without this, each such death kept one of the 64 records for
+ * good. */
+int64_t mark_dead_cursor(sy_ring *r, sy_producer_record *rec) {
+    int64_t marked = atomic_load_explicit(&rec->dead_cursor_plus_one, memory_order_acquire);
+    if (marked) return marked - 1;
+    int64_t cursor = atomic_load_explicit(r->cursor, memory_order_acquire);
+    if (atomic_compare_exchange_strong_explicit(&rec->dead_cursor_plus_one, &marked, cursor + 1,
+                                                memory_order_acq_rel, memory_order_acquire))
+        return cursor;
+    return marked - 1;
 }
 
 /* Upstream consumers that left without closing (detached): frozen, they will release no more. */

@@ -8,6 +8,7 @@
  */
 #include "ring_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,16 +16,22 @@
 /* ---- producers ------------------------------------------------------------------------------------ */
 
 /* Under the registration lock: frees the records of dead producers. A single producer's record
- * always goes (the new producer takes over at the cursor); a multi producer's only with no claim
- * open, because the consumers read who may own a hole from it. Returns how many were freed. */
+ * always goes (the new producer takes over at the cursor); a multi producer's with a claim open
+ * only once every consumer has passed the cursor as it stood after the death (mark_dead_cursor):
+ * until then a consumer may still have to learn from it that the hole it waits on is a dead
+ * producer's. Returns how many were freed. */
 static int reclaim_dead_producers(sy_ring *r) {
     int freed = 0;
     for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++) {
         sy_producer_record *rec = &r->header->producers[i];
         int64_t pid = atomic_load_explicit(&rec->pid, memory_order_acquire);
         if (!pid || pid_alive(pid)) continue;
-        if (r->producer_kind == SY_RING_MULTI_PRODUCER && atomic_load_explicit(&rec->open_claims, memory_order_acquire))
-            continue;
+        if (r->producer_kind == SY_RING_MULTI_PRODUCER &&
+            (atomic_load_explicit(&rec->open_claims, memory_order_acquire) ||
+             atomic_load_explicit(&rec->owner_floor, memory_order_acquire) != INT64_MAX)) {
+            int64_t last = mark_dead_cursor(r, rec);
+            if (minimum_gating(r, INT64_MAX) < last) continue;  /* a consumer is still at or before it */
+        }
         atomic_store_explicit(&rec->pid, 0, memory_order_release);
         atomic_fetch_sub_explicit(&r->header->registry.producers, 1, memory_order_relaxed);
         freed++;
@@ -32,26 +39,68 @@ static int reclaim_dead_producers(sy_ring *r) {
     return freed;
 }
 
-/* Multi producer, before a claim: count it open. Returns whether it is this handle's only open
- * claim; then, once the claim exists, raise_floor records its first sequence. The count comes first
- * (acq_rel), and the claim's cursor RMW is a release after it, so a consumer that acquires the
- * cursor and finds the claim there sees the count (abandon_dead_claim). Until raise_floor lands the
- * floor still holds an older, lower claim's start: a reader then only takes this producer for the
- * possible owner of more holes, never of fewer. The floor is not read from the cursor before the
- * claim: a load of the line every producer RMWs, then the RMW, is two transfers of the hottest line
- * of a multi-producer ring per claim instead of one (3P-1C ran 8-21 % slower that way). */
-static bool open_claim(sy_ring_producer *p) {
+/* Multi producer: what a consumer needs to skip a dead producer's claim is, per record, which
+ * holes it may own (abandon_dead_claim). Writing that is on every claim's path, so it costs plain
+ * stores to this record's own block, a line no other core writes, where it can: a locked
+ * read-modify-write drains the store buffer (every slot header just published waits for its line
+ * to come back from the consumer's cache first) and costs ~20 cycles even then, two of them per
+ * claim (count up, count down) ran 3P-1C with claims of one item 10-15 % slower. Plain stores need
+ * one writer, so the first thread that claims through the handle owns the owner lane
+ * (owner_floor) for the handle's life; any other thread sharing the handle (a Python object any
+ * thread may publish through) counts its claims in the shared lane with read-modify-writes, as
+ * every claim did before. A fork()ed child opens its own producer (RingBuffer.attach does): one
+ * inherited through fork would share the parent's record, its pid and, here, its owner thread id. */
+static bool owner_claims(sy_ring_producer *p) {
+    uintptr_t me = (uintptr_t)pthread_self();
+    /* relaxed: the lane's own fields are written by that one thread; the CAS only picks it */
+    uintptr_t owner = atomic_load_explicit(&p->owner_thread, memory_order_relaxed);
+    if (owner == me) return true;
+    return owner == 0 && atomic_compare_exchange_strong_explicit(&p->owner_thread, &owner, me, memory_order_relaxed,
+                                                                 memory_order_relaxed);
+}
+
+/* Before the claim's cursor RMW, which is a release: a consumer that acquires the cursor and
+ * finds the claim there sees this floor too (or a later one). `floor` is at most the claim's
+ * first sequence: a reader then takes this producer for the possible owner of more holes, never
+ * of fewer. The floor is never read from the cursor line first: a load of the line every producer
+ * RMWs, then the RMW, is two transfers of the hottest line per claim instead of one (3P-1C ran
+ * 8-21 % slower that way). */
+static void owner_open(sy_ring_producer *p, int64_t floor) {
+    /* release, though the RMW after it carries it to readers already: a reader that finds this
+     * floor must also see the record's reclaim before this handle took it (abandon_dead_claim);
+     * on x86 a release store is the same plain store */
+    atomic_store_explicit(&p->ring->header->producers[p->record].owner_floor, floor, memory_order_release);
+}
+
+/* release: a consumer that sees no claim open sees the slots published before */
+static void owner_close(sy_ring_producer *p) {
+    atomic_store_explicit(&p->ring->header->producers[p->record].owner_floor, INT64_MAX, memory_order_release);
+}
+
+/* The shared lane, before a claim: count it open (acq_rel RMW; the claim's cursor RMW is a release
+ * after it). Returns whether it is the lane's only open claim; then, once the claim exists,
+ * shared_raise_floor records its first sequence. Until then the floor holds an older, lower
+ * claim's start: as above, more holes, never fewer. */
+static bool shared_open(sy_ring_producer *p) {
     sy_producer_record *rec = &p->ring->header->producers[p->record];
     return atomic_fetch_add_explicit(&rec->open_claims, 1, memory_order_acq_rel) == 0;
 }
 
-static void raise_floor(sy_ring_producer *p, int64_t first) {
-    atomic_store_explicit(&p->ring->header->producers[p->record].claim_floor, first, memory_order_relaxed);
+static void shared_raise_floor(sy_ring_producer *p, int64_t first) {
+    /* release: as owner_open */
+    atomic_store_explicit(&p->ring->header->producers[p->record].claim_floor, first, memory_order_release);
 }
 
-/* release: a consumer that sees the count drop sees the slots published before it */
-static void close_claim(sy_ring_producer *p) {
+/* release: as owner_close */
+static void shared_close(sy_ring_producer *p) {
     atomic_fetch_sub_explicit(&p->ring->header->producers[p->record].open_claims, 1, memory_order_release);
+}
+
+/* After publishing (or giving up): the calling thread's lane. The owner never changes once picked,
+ * so the thread that claimed finds the same lane here. */
+static void close_claim(sy_ring_producer *p) {
+    if (owner_claims(p)) owner_close(p);
+    else shared_close(p);
 }
 
 int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
@@ -78,7 +127,11 @@ int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
         if (record < 0) status = SY_EINVAL;
     }
     if (status == SY_OK) {
-        atomic_store_explicit(&r->header->producers[record].open_claims, 0, memory_order_relaxed);
+        /* release: a reader that sees these sees the reclaim before them (abandon_dead_claim) */
+        sy_producer_record *rec = &r->header->producers[record];
+        atomic_store_explicit(&rec->dead_cursor_plus_one, 0, memory_order_relaxed);
+        atomic_store_explicit(&rec->open_claims, 0, memory_order_release);
+        atomic_store_explicit(&rec->owner_floor, INT64_MAX, memory_order_release);
         atomic_store_explicit(&r->header->producers[record].heartbeat_ns, (int64_t)sy_now_ns(), memory_order_relaxed);
         atomic_store_explicit(&r->header->producers[record].pid, (int64_t)getpid(), memory_order_release);
         atomic_fetch_add_explicit(&reg->producers, 1, memory_order_relaxed);
@@ -102,6 +155,8 @@ int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
     }
     p->gating_cache = NO_SEQUENCE;
     atomic_init(&p->busy, 0);
+    atomic_init(&p->owner_thread, 0);
+    p->owner_seen = p->next_claim;  /* every later claim starts after the cursor read above */
     *out = p;
     return SY_OK;
 }
@@ -177,9 +232,21 @@ static int claim_single(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int6
  * as long as the consumers live; a dead consumer or a closed stream still ends the wait. */
 static int claim_multi_untimed(sy_ring_producer *p, int64_t n, int64_t *hi) {
     sy_ring *r = p->ring;
-    bool first = open_claim(p);
-    int64_t current = atomic_fetch_add_explicit(r->cursor, n, memory_order_release);  /* see open_claim */
-    if (first) raise_floor(p, current + 1);
+    bool owner = owner_claims(p);
+    /* The owner's last claim ended at owner_seen or later: the cursor only grows, so this claim
+     * starts after it. Raised to the exact start right after the RMW, before any wait for space:
+     * a low floor held through that wait could make a consumer keep waiting on a dead producer's
+     * hole for the space only skipping it frees. */
+    bool first = false;
+    if (owner) owner_open(p, p->owner_seen + 1);
+    else first = shared_open(p);
+    int64_t current = atomic_fetch_add_explicit(r->cursor, n, memory_order_release);  /* see owner_open */
+    if (owner) {
+        owner_open(p, current + 1);
+        p->owner_seen = current + n;
+    } else if (first) {
+        shared_raise_floor(p, current + 1);
+    }
     int64_t next = current + n;
     int64_t wrap_point = next - ring_capacity(r);
     int64_t cached = atomic_load_explicit(r->gating_cache, memory_order_acquire);
@@ -200,7 +267,8 @@ static int claim_multi_untimed(sy_ring_producer *p, int64_t n, int64_t *hi) {
 static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *hi) {
     sy_ring *r = p->ring;
     int64_t deadline = deadline_from(timeout_ns);
-    bool first = open_claim(p);
+    bool owner = owner_claims(p);
+    bool counted = false, first = false;  /* shared lane: this attempt counted open; as its only claim */
     for (;;) {
         int64_t current = atomic_load_explicit(r->cursor, memory_order_relaxed);
         int64_t next = current + n;
@@ -209,19 +277,36 @@ static int claim_multi_timed(sy_ring_producer *p, int64_t n, int64_t timeout_ns,
         if (wrap_point > cached || cached > current) {
             int64_t gating = minimum_gating(r, current);
             if (wrap_point > gating) {
+                /* Nothing of ours looks open while we wait (a failed CAS below leaves it so): a
+                 * floor below a dead producer's hole would keep the consumers from skipping it,
+                 * and only that skip frees the space we wait for. The shared lane used to count
+                 * the claim open from the start, through this wait: two threads on one handle,
+                 * one of them waiting here with its floor below a dead claim, stalled the ring
+                 * until the wait timed out (ad hoc stress, 2 runs in 10 under yield). */
+                if (owner) owner_close(p);
+                else if (counted) shared_close(p);
+                counted = false;
                 int64_t left = deadline - (int64_t)sy_now_ns();
                 int status = wait_for_space(p, wrap_point, current, left > 0 ? left : 0, &gating);
-                if (status != SY_OK) {
-                    close_claim(p);  /* nothing was claimed */
-                    return status;
-                }
+                if (status != SY_OK) return status;  /* nothing was claimed, nothing is open */
             }
             atomic_store_explicit(r->gating_cache, gating, memory_order_release);
             if (wrap_point > gating) continue;
         }
+        /* The owner's floor is exact here: the claim, if the CAS succeeds, starts at current + 1
+         * (a failed CAS leaves it naming sequences another producer took: more holes, never fewer,
+         * and only until the next attempt stores the new one). Either lane opens only now, after
+         * the wait for space (see there). */
+        if (owner) {
+            owner_open(p, current + 1);
+        } else if (!counted) {
+            first = shared_open(p);
+            counted = true;
+        }
         if (atomic_compare_exchange_weak_explicit(r->cursor, &current, next, memory_order_release,
-                                                  memory_order_relaxed)) {  /* release: see open_claim */
-            if (first) raise_floor(p, current + 1);
+                                                  memory_order_relaxed)) {  /* release: see owner_open */
+            if (owner) p->owner_seen = next;
+            else if (first) shared_raise_floor(p, current + 1);
             *hi = next;
             return SY_OK;
         }
@@ -252,7 +337,7 @@ static inline void finish_publish(sy_ring_producer *p, int64_t hi) {
     sy_ring *r = p->ring;
     if (r->producer_kind == SY_RING_SINGLE_PRODUCER) {
         atomic_store_explicit(r->cursor, hi, memory_order_release);
-        atomic_store_explicit(&p->busy, 0, memory_order_release);  /* the claim is closed */
+        if (r->refuse_concurrent_claims) atomic_store_explicit(&p->busy, 0, memory_order_release);  /* claim closed */
     } else {
         close_claim(p);
     }

@@ -323,6 +323,156 @@ def test_a_dead_claim_of_several_sequences_does_not_end_the_stream(wait):
         assert handled == list(range(10)) and poller.lost == 3
 
 
+@pytest.mark.parametrize("lane", ["owner", "shared"])
+def test_a_live_claim_held_open_behind_a_dead_one_is_waited_for(lane):
+    """A producer exits inside a claim of 3; then a live producer's thread holds its own claim
+    open. The readers skip the dead claim (lost == 3) and wait at the live one, which is delivered
+    once published. A multi-producer handle records its claims in two lanes (ring_sequencer.c,
+    owner_claims): the first thread that claims through it writes plain stores, any other thread
+    counts its claims; a reader that missed either lane would skip the live claim as the dead
+    producer's (its floor lies below) and lose its items."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with sy.RingBuffer(16, np.int64, name=name, producer="multi", wait="yield") as rb:
+        c = rb.consumer()
+        poller = rb.poller()
+        ready = ctx.Event()
+        child = ctx.Process(target=_exit_mid_claim, args=(name, ready))
+        child.start()
+        assert ready.wait(30)
+        child.join(HANG)
+        assert child.exitcode == 0
+        if lane == "shared":
+            rb.publish(100, timeout=HANG)  # this thread claims first: the holder below is not the owner
+        holding, release = threading.Event(), threading.Event()
+
+        def hold():
+            with rb.claim(2, timeout=HANG) as slots:
+                slots[:] = [101, 102]
+                holding.set()
+                release.wait(HANG)
+
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        assert holding.wait(HANG)
+        if lane == "owner":
+            rb.publish(100, timeout=HANG)  # after the held claim, through the other lane
+        got = [c.get(timeout=HANG)] if lane == "shared" else []
+        with pytest.raises(queue.Empty):
+            c.get(timeout=0.5)  # dozens of liveness periods: the live claim must not be skipped
+        assert c.lost == 3
+        seen = []
+        for _ in range(50):
+            poller.poll(lambda event, sequence, end_of_batch: seen.append(event))
+            time.sleep(0.01)
+        assert poller.lost == 3 and seen == got
+        release.set()
+        holder.join(HANG)
+        got += c.get_batch(16, timeout=HANG).tolist()
+        while len(got) < 3:
+            got += c.get_batch(16, timeout=HANG).tolist()
+        assert got == ([100, 101, 102] if lane == "shared" else [101, 102, 100]) and c.lost == 3
+
+
+def test_a_thread_waiting_for_space_does_not_shield_a_dead_claim():
+    """Two threads publish through one multi-producer object: the first owns the record's owner
+    lane, the second counts its claims in the shared lane. A producer dies inside a claim; the
+    owner thread fills the ring behind it; the second thread's publish then waits for space. The
+    reader must skip the dead claim, which is what frees that space. Before, the waiting thread's
+    claim was counted open through its wait, under a floor from its previous claim (below the dead
+    one), so the reader took the hole for the waiting thread's and waited too: the ring stalled
+    until the publish timed out."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with sy.RingBuffer(16, np.int64, name=name, producer="multi", wait="yield") as rb:
+        c = rb.consumer()
+        rb.publish(0, timeout=HANG)                      # this thread: the owner lane, sequence 0
+        second = threading.Thread(target=lambda: rb.publish(1, timeout=HANG))
+        second.start()
+        second.join(HANG)                                # the shared lane, sequence 1
+        ready = ctx.Event()
+        child = ctx.Process(target=_exit_mid_claim, args=(name, ready))
+        child.start()
+        assert ready.wait(30)
+        child.join(HANG)                                 # sequences 2-4: a dead claim
+        for i in range(5, 16):
+            rb.publish(i, timeout=HANG)
+        got = c.get_batch(16, timeout=HANG).tolist()     # 0 and 1: the reader now stands at the hole
+        rb.publish(16, timeout=HANG)
+        rb.publish(17, timeout=HANG)                     # the ring is full from there
+        errors = []
+
+        def publish_when_space():
+            try:
+                rb.publish(18, timeout=HANG)
+            except BaseException as exc:
+                errors.append(exc)
+
+        waiting = threading.Thread(target=publish_when_space)
+        waiting.start()
+        time.sleep(0.3)                                  # well inside its wait for space
+        try:
+            while len(got) < 16:
+                got += c.get_batch(16, timeout=5).tolist()
+        except queue.Empty:
+            pass
+        waiting.join(HANG)
+        assert got == [0, 1] + list(range(5, 19)) and c.lost == 3 and not errors, (got, c.lost, errors)
+
+
+def test_records_of_dead_producers_with_open_claims_are_reclaimed():
+    """A multi-producer ring has 64 producer records. A producer that dies holding a claim keeps
+    its record while the claim is open, because readers learn from it who may own the hole; once
+    every consumer has passed the cursor as it stood after the death, nobody needs it. Before, such
+    records were never freed: after 63 such deaths (the 64th record is this process's producer)
+    no producer could join any more. Here 70 producers each die inside a claim, one after another;
+    each must join, and every live item comes through with the 70 dead claims counted lost."""
+    name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    out = assert_clean_exit(run_child(PRELUDE + f"""
+import os, multiprocessing as mp
+ctx = mp.get_context("fork")
+rb = sy.RingBuffer(64, np.int64, name={name!r}, producer="multi", wait="yield")
+c = rb.consumer()
+def die_inside_a_claim():
+    ring = sy.RingBuffer.attach({name!r}, np.int64)
+    ring._producer_handle()  # joins: a free (or freed) record, else ValueError and exit status 1
+    with ring.claim(1):
+        os._exit(0)
+got = []
+for i in range(70):
+    child = ctx.Process(target=die_inside_a_claim)
+    child.start()
+    child.join(30)
+    if child.exitcode != 0:
+        print("producer", i, "could not join: exit status", child.exitcode)
+        break
+    rb.publish(i, timeout=30)
+    got.append(c.get(timeout=30))
+print("delivered", got == list(range(70)), "lost", c.lost)
+rb.close()
+"""))
+    assert out.strip().splitlines()[-1] == "delivered True lost 70", out
+
+
+def test_a_65th_live_multi_producer_is_told_why_it_cannot_join():
+    """64 producer records: the 65th live producer gets a ValueError that says so (before: "this
+    single-producer ring already has a producer", said of a multi-producer ring)."""
+    name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with sy.RingBuffer(128, np.int64, name=name, producer="multi") as rb:
+        rings = [sy.RingBuffer.attach(name, np.int64) for _ in range(64)]
+        for ring in rings[:63]:
+            ring.publish(1)  # each object opens its own producer: with rb's, 64 records in use
+        rb.publish(1)
+        with pytest.raises(ValueError, match="every producer record"):
+            rings[63].publish(1)
+        for ring in rings:
+            ring.close()
+
+
 # ---- case 7: Ctrl-C ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("wait", WAITS)
 def test_ctrl_c_interrupts_every_blocked_call(wait):
@@ -384,3 +534,59 @@ print("DONE", flush=True)
         proc.kill()
         proc.wait()
     print(wait, {k: f"{v * 1e3:.1f} ms" for k, v in latencies.items()})
+
+
+def test_ctrl_c_as_get_returns_from_c_loses_no_item():
+    """get() of a plain dtype takes every ready item in one C call, which releases them, and hands
+    them out one by one. A SIGINT that arrives during that call raises KeyboardInterrupt when the
+    call returns (the interpreter runs signal handlers then): before, the items it took were
+    dropped (released, never stored); now they stay counted in the consumer and come next. The
+    interrupt is raised exactly there by wrapping the C call (and, for a single item, the unpack
+    after it)."""
+    out = assert_clean_exit(run_child(PRELUDE + """
+import sympathy.ring.consumer as cm
+rb = sy.RingBuffer(64, np.int64)
+c = rb.consumer()
+real_read = cm._read_ahead
+def read_then_interrupt(*args):
+    real_read(*args)
+    raise KeyboardInterrupt  # what a pending SIGINT does as the call returns
+def interrupted(call):
+    try:
+        call()
+    except KeyboardInterrupt:
+        return True
+    return False
+rb.publish_batch(np.arange(10, dtype=np.int64))
+cm._read_ahead = read_then_interrupt
+assert interrupted(c.get)
+cm._read_ahead = real_read
+got = []
+try:
+    while len(got) < 10:
+        got.append(c.get(timeout=1))
+except queue.Empty:
+    pass
+print("batch", got == list(range(10)), got)
+rb.publish(42)
+real_unpack = rb._unpack
+def unpack_then_interrupt(buf):
+    real_unpack(buf)
+    raise KeyboardInterrupt
+rb._unpack = unpack_then_interrupt
+assert interrupted(c.get)
+rb._unpack = real_unpack
+try:
+    print("single", c.get(timeout=1) == 42)
+except queue.Empty:
+    print("single", False)
+rb.publish_batch(np.arange(100, 105, dtype=np.int64))
+cm._read_ahead = read_then_interrupt
+assert interrupted(c.get)
+cm._read_ahead = real_read
+try:
+    print("then get_batch", c.get_batch(16, timeout=1).tolist() == list(range(100, 105)))
+except queue.Empty:
+    print("then get_batch", False)
+"""))
+    assert out.split("\n")[-4:] == ["batch True " + str(list(range(10))), "single True", "then get_batch True", ""], out

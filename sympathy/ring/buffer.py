@@ -166,6 +166,9 @@ class RingBuffer:
         self._check_open()
         out = ffi.new("sy_ring_producer **")
         status = lib.sy_ring_producer_open(self._handle, out)
+        if status == SY_EINVAL and self.producer_kind == "multi":
+            raise ValueError("every producer record of this ring (64) is held by a live producer, or by a dead "
+                             "one whose claim a consumer has not passed yet")
         if status == SY_EINVAL:
             raise ValueError("this single-producer ring already has a producer; use producer='multi' "
                              "for several publishing threads or processes")

@@ -42,6 +42,10 @@ class Consumer:
         self._closed = False
         self._lost = 0  # `lost` once closed
         self._ahead: list = []  # taken by get() ahead of time, last item first
+        # Items get()'s C call took (and released) into _ahead_array and not yet moved into _ahead:
+        # the C call writes the count itself, so a Ctrl-C that lands before Python stored the items
+        # leaves them here for the next call instead of losing them (_keep_ahead).
+        self._ahead_n = ffi.new("int64_t *")
         self._scratch = self._scratch_ptr = None  # get_batch's landing buffer
         self._scratch_n = 0  # its length in items
         if ring._unpack is not None:
@@ -74,26 +78,28 @@ class Consumer:
         ahead = self._ahead
         if ahead:
             return ahead.pop()
+        if self._ahead_n[0]:  # a KeyboardInterrupt came right after the C call below: its items
+            return self._keep_ahead().pop()
         t = -1 if timeout is None else _timeout_ns(timeout)
         handle = self._handle  # a local: a close() from another thread cannot free it under the call
         if handle is None:
             self._check_open()
         ring = self._ring
         if ring._unpack is not None:
-            status = _read_ahead(handle, self._ahead_ptr, READ_AHEAD, t, self._n)
+            # The items land in _ahead_array, their count in _ahead_n: both written by C before
+            # the call returns, so a KeyboardInterrupt raised as it returns loses none of them.
+            status = _read_ahead(handle, self._ahead_ptr, READ_AHEAD, t, self._ahead_n)
             if status:
                 if status == _SLICE:
-                    status = _rewait(_read_ahead, (handle, self._ahead_ptr, READ_AHEAD), t, (self._n,))
+                    status = _rewait(_read_ahead, (handle, self._ahead_ptr, READ_AHEAD), t, (self._ahead_n,))
                 if status:
                     handle = None
                     ring._raise(status, "waiting for an item", queue.Empty)
-            n = self._n[0]
-            if n == 1:
-                return ring._unpack(self._ahead_buf)[0]
-            items = self._ahead_array[:n].tolist()
-            items.reverse()
-            self._ahead = items
-            return items.pop()
+            if self._ahead_n[0] == 1:
+                item = ring._unpack(self._ahead_buf)[0]  # interrupted here: still counted, not lost
+                self._ahead_n[0] = 0
+                return item
+            return self._keep_ahead().pop()
         item = bytearray(ring.item_size)  # per call: the caller keeps what get() returns
         status = _read_one(handle, ffi.from_buffer(item), t)
         if status == _SLICE:
@@ -105,8 +111,20 @@ class Consumer:
             return bytes(item)
         return np.frombuffer(item, dtype=ring.dtype)[0]
 
+    def _keep_ahead(self) -> list:
+        """Moves the _ahead_n[0] items get()'s C call took from _ahead_array into _ahead. Nothing
+        is moved before the last two lines, plain stores where the interpreter does not run signal
+        handlers: a KeyboardInterrupt at one of the calls before them leaves the items counted."""
+        items = self._ahead_array[:self._ahead_n[0]].tolist()
+        items.reverse()
+        self._ahead = items
+        self._ahead_n[0] = 0
+        return items
+
     def _take_ahead(self, max_n: int) -> np.ndarray:
         """Items get() took but has not handed out yet, in order, as an array (a copy)."""
+        if self._ahead_n[0]:
+            self._keep_ahead()
         k = min(len(self._ahead), max_n)
         taken = self._ahead[-k:]
         del self._ahead[-k:]
@@ -136,7 +154,7 @@ class Consumer:
         max_n = int(max_n)
         if handle is None:
             self._check_open()
-        if self._ahead:
+        if self._ahead or self._ahead_n[0]:
             return self._take_ahead(max_n)
         ring = self._ring
         if out is not None:
@@ -205,7 +223,7 @@ class Consumer:
         if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
             raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
         handle = self._open_handle()
-        if self._ahead:  # what get() already took comes first (already released: a copy)
+        if self._ahead or self._ahead_n[0]:  # what get() already took comes first (released: a copy)
             taken = self._take_ahead(int(max_n))
             taken.flags.writeable = False
             yield taken
