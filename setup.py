@@ -45,6 +45,7 @@ setup(
         "sympathy",
         "sympathy._build",
         "sympathy.attention",
+        "sympathy.lab",
         "sympathy.ring",
         "sympathy.bench",
         "sympathy.bench.suites",

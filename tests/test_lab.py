@@ -22,7 +22,7 @@ def no_c(monkeypatch):
     def refuse():
         raise AssertionError("C was reached before the argument was rejected")
 
-    monkeypatch.setattr(lab, "_native", refuse)
+    monkeypatch.setattr(lab._common, "_native", refuse)
 
 
 def test_registered_on_the_package():
@@ -475,7 +475,7 @@ def test_measurements_pin_the_caller_and_restore_its_affinity(monkeypatch):
         seen.append((pin, cpu))
         return real(pin, cpu)
 
-    monkeypatch.setattr(lab, "_pinned_caller", spy)
+    monkeypatch.setattr(lab._common, "_pinned_caller", spy)
     before = os.sched_getaffinity(0)
     lab.counter("register", 1000)
     lab.strides((1, 2), array_bytes=8 * KiB, repeat=1)
