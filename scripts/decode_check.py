@@ -25,6 +25,7 @@ from triton.testing import do_bench
 
 import sympathy as sy
 from sympathy.attention import kvcache
+from sympathy.bench.suites.attention_decode import graphed as graphed_in_suite
 
 SHAPES = [   # (B, Hkv, N): q (B, 32, 1, 128), bf16
     (1, 8, 8192), (8, 8, 8192), (1, 8, 131072), (32, 8, 4096), (8, 32, 16384)]
@@ -39,22 +40,11 @@ def bench(fn):
 
 
 def graphed(fn):
-    """fn captured in a CUDA graph: replaying it costs the GPU time alone (a few microseconds of host),
-    so do_bench measures the kernels, not Python. None where capture fails."""
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return graph.replay
-    except RuntimeError as exc:
-        print(f"  (graph capture failed: {str(exc).splitlines()[0][:80]})")
-        return None
+    """The bench suite's CUDA-graph capture (replays time the GPU's work alone), saying so when it fails."""
+    replay = graphed_in_suite(torch, fn)
+    if replay is None:
+        print("  (graph capture failed: timed eagerly)")
+    return replay
 
 
 def host_us(fn, n=200):

@@ -84,16 +84,8 @@ class Queue(FramesMixin, AsyncMixin):
         check_frame_args(frame_bytes, frame_count)
         slots = 1 << max(3, (-(-capacity_bytes // (SLOT_BYTES + 8)) - 1).bit_length())
         name = f"sympathy-queue-{os.getpid()}-{secrets.token_hex(6)}"
-        config = ffi.new("sy_ring_config *", {"capacity": slots, "slot_size": SLOT_BYTES,
-                                              "producer_kind": lib.SY_RING_MULTI_PRODUCER,
-                                              "wait": lib.SY_WAIT_BLOCKING})
-        item_type = ffi.new("char[]", _ITEM_TYPE)
-        config.item_type = item_type
-        out = ffi.new("sy_ring **")
-        segment.create_named(config, name, out)
-        handle = ffi.gc(out[0], lib.sy_ring_free)
+        handle, nonce = segment.create_multi_producer(name, slots, SLOT_BYTES, _ITEM_TYPE)
         check(lib.sy_queue_init(handle, maxsize, int(self._joinable)), "initialising the queue")
-        nonce = int(lib.sy_ring_nonce(handle))
         created = [(name, nonce, segment.remember_created(name, nonce))]
         frames = None
         if frame_bytes:

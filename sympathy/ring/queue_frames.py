@@ -79,16 +79,8 @@ class FrameStore:
     def create(cls, queue_name: str, frame_bytes: int, frame_count: int):
         """The store and its (name, nonce, inode) for the creator's cleanup."""
         name = frames_name(queue_name)
-        config = ffi.new("sy_ring_config *", {"capacity": 1 << (frame_count - 1).bit_length(),
-                                              "slot_size": lib.sy_frames_slot_size(frame_bytes),
-                                              "producer_kind": lib.SY_RING_MULTI_PRODUCER,
-                                              "wait": lib.SY_WAIT_BLOCKING})
-        item_type = ffi.new("char[]", _ITEM_TYPE)
-        config.item_type = item_type
-        out = ffi.new("sy_ring **")
-        segment.create_named(config, name, out)
-        handle = ffi.gc(out[0], lib.sy_ring_free)
-        nonce = int(lib.sy_ring_nonce(handle))
+        handle, nonce = segment.create_multi_producer(name, 1 << (frame_count - 1).bit_length(),
+                                                      lib.sy_frames_slot_size(frame_bytes), _ITEM_TYPE)
         return cls(handle, name), (name, nonce, segment.remember_created(name, nonce))
 
     @classmethod

@@ -43,6 +43,20 @@ def _bytes_text(n: int) -> str:
 
 
 # ---- creation ---------------------------------------------------------------------------------------
+def create_multi_producer(name: str, capacity: int, slot_size: int, item_type: bytes):
+    """A named multi-producer ring with the blocking wait, as the queue's records and frames use:
+    returns (handle freed with the object, its creation nonce)."""
+    config = ffi.new("sy_ring_config *", {"capacity": capacity, "slot_size": slot_size,
+                                          "producer_kind": lib.SY_RING_MULTI_PRODUCER,
+                                          "wait": lib.SY_WAIT_BLOCKING})
+    c_item_type = ffi.new("char[]", item_type)
+    config.item_type = c_item_type
+    out = ffi.new("sy_ring **")
+    create_named(config, name, out)
+    handle = ffi.gc(out[0], lib.sy_ring_free)
+    return handle, int(lib.sy_ring_nonce(handle))
+
+
 def create_named(config, name: str, out) -> None:
     """sy_ring_create for a named ring: reclaim a stale segment of that name, explain a full /dev/shm."""
     c_name = segment_name(name)
