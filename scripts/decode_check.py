@@ -25,6 +25,7 @@ from triton.testing import do_bench
 
 import sympathy as sy
 from sympathy.attention import kvcache
+from sympathy.bench.suites.attention_decode import _triton_read_kernel
 from sympathy.bench.suites.attention_decode import graphed as graphed_in_suite
 
 SHAPES = [   # (B, Hkv, N): q (B, 32, 1, 128), bf16
@@ -111,17 +112,7 @@ def sdpa_fn(backend, q, kc, vc):
 def streaming_ceiling():
     """Read-only bandwidth: a triton kernel summing 4 GiB in 16 KiB tiles (one store per tile), and
     torch's sum; the larger, in bytes/s; plus device-to-device copy (read + write bytes)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def read_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr, TILES: tl.constexpr):
-        pid = tl.program_id(0)
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for t in range(TILES):
-            offs = (pid * TILES + t) * BLOCK + tl.arange(0, BLOCK)
-            acc += tl.load(x_ptr + offs).to(tl.float32)
-        tl.store(out_ptr + pid, tl.sum(acc))
+    read_kernel = _triton_read_kernel()   # the bench suite's: one kernel for both ceilings
 
     n = 1 << 31   # bf16 elements: 4 GiB
     x = torch.randn(n // 1024, 1024, device="cuda", dtype=DT).view(-1)

@@ -32,6 +32,7 @@ import warnings
 from pathlib import Path
 
 from ..core import Results, Suite, positive_int
+from .attention_gpu import cuda_torch
 
 DEFAULT_SHAPES = ((1, 8, 8192), (8, 8, 8192), (1, 8, 131072), (32, 8, 4096), (8, 32, 16384))   # (B, Hkv, N)
 DEFAULT_CHUNK = (512, 32768)   # (new queries, cached keys)
@@ -110,14 +111,7 @@ class AttentionDecodeSuite(Suite):
     def run(self, args: argparse.Namespace, results: Results) -> None:
         from ..._errors import NotSupportedError
 
-        try:
-            import torch
-        except ImportError:
-            raise NotSupportedError('needs torch with CUDA, and torch is not installed (pip install torch, '
-                                    'or pip install ".[torch]" in the checkout): nothing measured') from None
-        if not torch.cuda.is_available():
-            raise NotSupportedError("needs a CUDA GPU, and torch sees none here: nothing measured "
-                                    "(docs/notes-decode.md has the figures measured on an H100)")
+        torch = cuda_torch("docs/notes-decode.md")
         if torch.cuda.get_device_capability() < (8, 0):
             raise NotSupportedError(f"needs compute capability 8.0 or newer (the decode kernel's mma.sync on bf16); "
                                     f"{torch.cuda.get_device_name()} is {torch.cuda.get_device_capability()}: nothing measured")
@@ -160,8 +154,6 @@ class AttentionDecodeSuite(Suite):
         return max(2 * n / us * 1e6 for us in found.values())
 
     def plot(self, results: Results, outdir: Path) -> list:
-        from .. import plots
-
         paths = []
         decode = [r for r in results.rows if r.params.get("kind") == "decode"]
         if decode:

@@ -77,6 +77,22 @@ def peak_extra_mib(fn) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
+
+def cuda_torch(notes: str):
+    """torch, where it is installed and sees a CUDA GPU; else NotSupportedError naming what is missing
+    and the notes file that holds the figures measured on an H100."""
+    from ..._errors import NotSupportedError
+
+    try:
+        import torch
+    except ImportError:
+        raise NotSupportedError('needs torch with CUDA, and torch is not installed (pip install torch, '
+                                'or pip install ".[torch]" in the checkout): nothing measured') from None
+    if not torch.cuda.is_available():
+        raise NotSupportedError(f"needs a CUDA GPU, and torch sees none here: nothing measured "
+                                f"({notes} has the figures measured on an H100)")
+    return torch
+
 class AttentionGpuSuite(Suite):
     title = "FlashAttention on the GPU (bf16), forward and forward+backward: sympathy's kernels vs torch SDPA backends"
     primary = "TFLOP/s"
@@ -105,16 +121,7 @@ class AttentionGpuSuite(Suite):
         parser.add_argument("--no-backward", action="store_true", help="forward only (no fwd+bwd groups)")
 
     def run(self, args: argparse.Namespace, results: Results) -> None:
-        from ..._errors import NotSupportedError
-
-        try:
-            import torch
-        except ImportError:
-            raise NotSupportedError('needs torch with CUDA, and torch is not installed (pip install torch, '
-                                    'or pip install ".[torch]" in the checkout): nothing measured') from None
-        if not torch.cuda.is_available():
-            raise NotSupportedError("needs a CUDA GPU, and torch sees none here: nothing measured "
-                                    "(docs/attention-gpu.md has the figures measured on an H100)")
+        torch = cuda_torch("docs/attention-gpu.md")
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         from ...attention import cuda
