@@ -44,7 +44,7 @@ from .._errors import SY_EINVAL, SY_ETIMEDOUT, check
 from .._ring import ffi, lib
 from . import segment
 from ._queue_core import (_SLICE_NS, _TAG_BUFFERS, _TAG_FRAME, _TAG_PICKLE, SMALL_BYTES,  # noqa: F401
-                          WAIT_SLICE_S, _get, _get_small, _in_slices, _load_with_buffers, _loads, _Pieces,
+                          _get, _get_small, _in_slices, _load_with_buffers, _loads, _Pieces,
                           _put1, _put_record, _put_small, _raise, _timeout_ns)
 from .queue_async import AsyncMixin
 from .queue_frames import DEFAULT_FRAME_COUNT, FrameStore, FramesMixin, check_frame_args
