@@ -227,6 +227,8 @@ void sy_ring_consumer_leave(sy_ring_consumer *c) {
  * producer: it covers everything up to it) or followed to its end (multi: only the headers know).
  * The scan ends within a lap: slot want + capacity cannot be published before we release want. */
 int64_t highest_published(const sy_ring *r, int64_t want) {
+    /* CONTIGUOUS single producer: no header is written, the cursor is stored (release) after the items */
+    if (r->cursor_publishes) return atomic_load_explicit(r->cursor, memory_order_acquire);
     int64_t s = want, scan_end = want + PUBLISHED_SCAN;
     while (s < scan_end && slot_published(r, s)) s++;
     if (s < scan_end) return s - 1;
@@ -273,7 +275,7 @@ static uint64_t upstream_mask(const sy_ring_consumer *c) {
  * the line back to us just before the producer needs it (ping-pong: 1 read in 4 with int64 items). */
 static int64_t probe_next(void *ctx, int64_t want) {
     sy_ring_consumer *c = ctx;
-    if (c->n_after) return probe_data(c, want);
+    if (c->n_after || c->ring->cursor_publishes) return probe_data(c, want);
     return slot_published(c->ring, want) ? want : want - 1;
 }
 
@@ -317,6 +319,11 @@ static void copy_out(const sy_ring *r, int64_t lo, unsigned char *dst, int64_t n
     for (int64_t done = 0, run; done < n; done += run) {
         run = run_before_end(r, lo + done, n - done);
         const unsigned char *item = item_at(r, lo + done);
+        if (items_contiguous(r)) {  /* CONTIGUOUS: the run is one memcpy */
+            memcpy(dst, item, (size_t)run * size);
+            dst += (size_t)run * size;
+            continue;
+        }
         for (int64_t i = 0; i < run; i++, item += stride, dst += size) {
             if (size == sizeof(int64_t)) memcpy(dst, item, sizeof(int64_t));
             else memcpy(dst, item, size);
@@ -333,6 +340,25 @@ int sy_ring_read(sy_ring_consumer *c, void *dst, int64_t max_n, int64_t timeout_
     int64_t n = hi - c->next + 1 < max_n ? hi - c->next + 1 : max_n;
     copy_out(c->ring, c->next, dst, n);
     sy_ring_release(c, c->next + n - 1);
+    *n_out = n;
+    return SY_OK;
+}
+
+/* sy_ring_read of what is readable now, never waiting (the Python layer keeps the GIL across it:
+ * see sy_ring_write_now). Nothing readable, or too large a copy: SY_RING_NOT_NOW, nothing taken, and
+ * the waiting call (which also skips a dead producer's claims and sees the end of the stream) does it. */
+int sy_ring_read_now(sy_ring_consumer *c, void *dst, int64_t at, int64_t max_n, int64_t *n_out) {
+    const sy_ring *r = c->ring;
+    *n_out = 0;
+    if (max_n < 1 || max_n > SY_RING_NOW_BYTES / r->slot_size || at < 0) return SY_RING_NOT_NOW;
+    int64_t want = c->next;
+    int64_t got = c->available_cache >= want ? c->available_cache : probe_data(c, want);
+    if (got < want) return SY_RING_NOT_NOW;
+    if (beyond_a_lap(r, want, got)) return SY_ECORRUPT;
+    c->available_cache = got;
+    int64_t n = got - want + 1 < max_n ? got - want + 1 : max_n;
+    copy_out(r, want, (unsigned char *)dst + at * r->slot_size, n);
+    sy_ring_release(c, want + n - 1);
     *n_out = n;
     return SY_OK;
 }
