@@ -191,9 +191,10 @@ void sy_ring_release(sy_ring_consumer *consumer, int64_t upto);
 /* wait + copy up to max_n items (stopping at max_n, never waiting for more than one) + release. */
 int sy_ring_read(sy_ring_consumer *consumer, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out);
 int sy_ring_read_one(sy_ring_consumer *consumer, void *dst, int64_t timeout_ns);
-/* sy_ring_read without waiting, into dst + at items: SY_RING_NOT_NOW (nothing read) when nothing
- * is readable now or max_n * slot_size > SY_RING_NOW_BYTES. Never waits (the GIL is kept). */
-int sy_ring_read_now(sy_ring_consumer *consumer, void *dst, int64_t at, int64_t max_n, int64_t *n_out);
+/* sy_ring_read without waiting, into dst + at items: the count read (>= 1), or SY_RING_NOT_NOW
+ * (nothing read) when nothing is readable now or max_n * slot_size > SY_RING_NOW_BYTES, or another
+ * status (< 0). Never waits (the GIL is kept). */
+int64_t sy_ring_read_now(sy_ring_consumer *consumer, void *dst, int64_t at, int64_t max_n);
 /* sy_ring_read, but one item only while another consumer runs after this one. For per-item
  * readers that buffer what they took: one FFI crossing per batch instead of per item. */
 int sy_ring_read_ahead(sy_ring_consumer *consumer, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out);

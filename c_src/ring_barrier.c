@@ -345,11 +345,11 @@ int sy_ring_read(sy_ring_consumer *c, void *dst, int64_t max_n, int64_t timeout_
 }
 
 /* sy_ring_read of what is readable now, never waiting (the Python layer keeps the GIL across it:
- * see sy_ring_write_now). Nothing readable, or too large a copy: SY_RING_NOT_NOW, nothing taken, and
- * the waiting call (which also skips a dead producer's claims and sees the end of the stream) does it. */
-int sy_ring_read_now(sy_ring_consumer *c, void *dst, int64_t at, int64_t max_n, int64_t *n_out) {
+ * see sy_ring_write_now); returns how many items it read. Nothing readable, or too large a copy:
+ * SY_RING_NOT_NOW, nothing taken, and the waiting call (which also skips a dead producer's claims and
+ * sees the end of the stream) does it. */
+int64_t sy_ring_read_now(sy_ring_consumer *c, void *dst, int64_t at, int64_t max_n) {
     const sy_ring *r = c->ring;
-    *n_out = 0;
     if (max_n < 1 || max_n > SY_RING_NOW_BYTES / r->slot_size || at < 0) return SY_RING_NOT_NOW;
     int64_t want = c->next;
     int64_t got = c->available_cache >= want ? c->available_cache : probe_data(c, want);
@@ -359,8 +359,7 @@ int sy_ring_read_now(sy_ring_consumer *c, void *dst, int64_t at, int64_t max_n, 
     int64_t n = got - want + 1 < max_n ? got - want + 1 : max_n;
     copy_out(r, want, (unsigned char *)dst + at * r->slot_size, n);
     sy_ring_release(c, want + n - 1);
-    *n_out = n;
-    return SY_OK;
+    return n;  /* the count itself: no out-parameter to read back through the FFI */
 }
 
 /* Whether another live consumer runs after this one: then it must release item by item, because

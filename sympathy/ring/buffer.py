@@ -164,7 +164,7 @@ class RingBuffer:
         self._row_shape, self._row_dtype = self._slots.shape[1:], self._slots.dtype
         self._pack, self._unpack = _scalar_codec(dtype)
         self._int64 = dtype is not None and dtype == np.dtype(np.int64)
-        self._last_batch = None  # (array, dtype, shape, strides, FFI pointer) of publish_batch's last array
+        self._last_batch = _NO_BATCH  # publish_batch's last array: see there
         self._written_spare: list = []
 
     # ---- producer side -------------------------------------------------------------------------
@@ -216,26 +216,32 @@ class RingBuffer:
         Batches up to `capacity` items are claimed at once: all or nothing. Larger batches go in
         capacity-sized pieces; a timeout part-way raises queue.Full saying how many went out.
         """
-        t = -1 if timeout is None else _timeout_ns(timeout)
         # The array published last time, unchanged (shape, dtype and strides can be reassigned in
-        # place, so they are compared): its checks and its FFI pointer are kept. Each of those costs
+        # place, so they are compared): its checks, its FFI pointer and the producer are kept, and
+        # the common call is this one C call, made with the GIL kept (it never waits: room for
+        # all of it now, single producer), or else the path below. Each step left out here costs
         # about what the C call spends moving 100 items (docs/pipeline.md, "The batched path").
         # One tuple, read and replaced whole: threads of a multi-producer ring share this object.
         last = self._last_batch
-        if last is not None and items is last[0] and items.dtype is last[1] and items.shape == last[2] \
-                and items.strides == last[3]:
-            pointer, n = last[4], last[2][0]
+        if items is last[0] and timeout is None and items.dtype is last[1] and items.shape == last[2] \
+                and items.strides == last[3] and not _write_now(last[6], last[4], last[5]):
+            return
+        t = -1 if timeout is None else _timeout_ns(timeout)
+        keep = False
+        if items is last[0] and items.dtype is last[1] and items.shape == last[2] and items.strides == last[3]:
+            pointer, n = last[4], last[5]
         else:
             array = self._as_batch(items)
             n = len(array)
             if n == 0:
                 return
             pointer = ffi.from_buffer(array)  # holds a buffer export: numpy refuses to resize it under us
-            if array is items and self.dtype is not None:
-                self._last_batch = (items, items.dtype, items.shape, items.strides, pointer)
+            keep = array is items and self.dtype is not None
         producer = self._producer
         if producer is None:
             producer = self._producer_handle()
+        if keep:
+            self._last_batch = (items, items.dtype, items.shape, items.strides, pointer, n, producer)
         # First without waiting, the GIL kept (single producer, room for all of it now); only a
         # wait releases the GIL: each release hands the interpreter to any other Python thread.
         status = _write_now(producer, pointer, n)
@@ -374,7 +380,7 @@ class RingBuffer:
         for consumer in sorted(self._consumers, key=lambda c: -c.index):
             consumer._leave()
         self._producer = None  # its finaliser closes it: now, or when the last call inside returns
-        self._last_batch = None  # the caller's array is theirs to resize again
+        self._last_batch = _NO_BATCH  # the caller's array is theirs to resize again
         self._slots = None
         if self.name is not None and (self._owner if unlink is None else unlink):
             segment.unlink_own(self.name, self._nonce, self._inode)  # while mapped: it pins the inode
@@ -460,6 +466,9 @@ class RingBuffer:
         if items.ndim != 1:
             raise ValueError(f"items must be 1-D (one item per element); got shape {items.shape}")
         return np.ascontiguousarray(items)
+
+
+_NO_BATCH = (None,) * 7  # publish_batch's last array: (array, dtype, shape, strides, FFI pointer, n, producer)
 
 
 def _item_layout(dtype, item_size) -> tuple[np.dtype | None, int]:

@@ -50,12 +50,18 @@ class Consumer:
         # the C call writes the count itself, so a Ctrl-C that lands before Python stored the items
         # leaves them here for the next call instead of losing them (_keep_ahead).
         self._ahead_n = ffi.new("int64_t *")
-        # get_batch's common call copies straight into a block and returns a slice of it: no
-        # allocation and no second copy per batch. A block is never written twice: a new one
-        # replaces it when full, and goes when the last array sliced from it goes.
-        self._arena = self._arena_ptr = None
+        # get_batch copies straight into a block and returns a slice of it: no allocation and no
+        # second copy per batch. A part of the block that an array still alive shows is never
+        # written again (see _arena_free); a new block replaces a full one, and goes when the last
+        # array sliced from it goes. Until the first get_batch, an empty one.
+        self._arena = np.empty((0, *ring._row_shape), dtype=ring._row_dtype)
+        self._arena_ptr = None
         self._arena_at = self._arena_n = 0  # items handed out of it, and its length
-        self._arena_unused = -1  # its reference count when no slice of it is alive
+        self._view = self._arena[0:0]  # the last slice handed out (kept: handed out again once dropped)
+        self._view_n = 0
+        arena = self._arena
+        self._arena_unused = _refcount(arena)  # its reference count (through a local) when only _view holds a slice
+        del arena
         if ring._unpack is not None:
             self._ahead_array = np.empty(READ_AHEAD, dtype=ring.dtype)
             self._ahead_buf = memoryview(self._ahead_array).cast("B")
@@ -149,30 +155,27 @@ class Consumer:
         contiguous array of the ring's dtype and at least max_n items) the items land there and
         `out[:n]` comes back, with no allocation.
         """
-        t = -1 if timeout is None else _timeout_ns(timeout)
-        handle = self._handle  # a local: a close() from another thread cannot free it under the call
-        arena = self._arena
-        if arena is not None and type(max_n) is int and out is None and handle is not None \
-                and not self._ahead and not self._ahead_n[0]:
+        handle, arena, view = self._handle, self._arena, self._view  # locals: see _arena_free
+        if type(max_n) is int and out is None and timeout is None and handle is not None and not self._ahead:
             # The common call, in the fewest steps: what is ready now, copied straight into the
-            # block with the GIL kept (no wait, so no GIL handoff to another thread); only when
-            # nothing is, the waiting call (GIL released). The caller keeps a slice of the block,
-            # which starts over from its beginning whenever no slice of it is alive (its
-            # reference count says so): batches dropped as they come are written where the last
-            # one was, in lines still in L1, as a freed and re-allocated array would be.
-            at = 0 if _refcount(arena) == self._arena_unused else self._arena_at
-            if 0 < max_n <= self._arena_n - at:
-                n = self._n
-                status = _read_now(handle, self._arena_ptr, at, max_n, n)
-                if status:
-                    if status != _NOT_NOW:
-                        handle = None
-                        self._ring._raise(status, "reading a batch", queue.Empty)
-                    self._read(handle, self._arena_ptr + at * self._ring.item_size, max_n, t)
-                end = at + n[0]
-                self._arena_at = end
-                return arena[at:end]
-        del arena
+            # block with the GIL kept (no wait, so no GIL handoff to another thread). When no slice
+            # of the block is alive any more but the last one handed out, and nobody holds that one
+            # (their reference counts say so: a batch dropped as it came), the block starts over:
+            # the batch lands where the last one did, in lines still in L1, and that same array
+            # object comes back when the count matches, as an allocator hands back a freed block.
+            free = _refcount(view) == 3 and _refcount(arena) == self._arena_unused  # 3: view, _view, the call
+            at = 0 if free else self._arena_at
+            if 0 < max_n <= self._arena_n - at and not self._ahead_n[0]:
+                n = _read_now(handle, self._arena_ptr, at, max_n)
+                if n > 0:
+                    self._arena_at = at + n
+                    if free and n == self._view_n:
+                        return view
+                    view = self._view = arena[at:at + n]
+                    self._view_n = n
+                    return view
+        del arena, view
+        t = -1 if timeout is None else _timeout_ns(timeout)
         if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
             raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
         max_n = int(max_n)
@@ -191,20 +194,22 @@ class Consumer:
             return out[:self._n[0]]
         max_n = min(max_n, ring.capacity)  # never more is ready
         if max_n * ring.item_size <= NOW_BYTES:
-            # The common call's block (a new one when this one has no room for max_n items), and
-            # what is ready copied into it: now with the GIL kept, else waiting without it.
-            if self._arena_n - self._arena_at < max_n:
-                self._new_arena(max_n)
+            # The block (from its start if no slice of it is alive, a new one if it has no room for
+            # max_n items), and what is ready copied into it: now with the GIL kept, else waiting
+            # without it.
+            self._new_arena(max_n)
             at = self._arena_at
-            status = _read_now(handle, self._arena_ptr, at, max_n, self._n)
-            if status == _NOT_NOW:
+            n = _read_now(handle, self._arena_ptr, at, max_n)
+            if n == _NOT_NOW:
                 self._read(handle, self._arena_ptr + at * ring.item_size, max_n, t)
-            elif status:
+                n = self._n[0]
+            elif n < 0:
                 handle = None
-                ring._raise(status, "reading a batch", queue.Empty)
-            end = at + self._n[0]
-            self._arena_at = end
-            return self._arena[at:end]
+                ring._raise(n, "reading a batch", queue.Empty)
+            self._arena_at = at + n
+            view = self._view = self._arena[at:at + n]
+            self._view_n = n
+            return view
         # Large items: wait, then allocate exactly what is ready (no max_n-sized scratch to keep).
         self._wait(handle, t)
         n = min(self._hi[0] - lib.sy_ring_consumer_sequence(handle), max_n)
@@ -232,20 +237,31 @@ class Consumer:
             handle = None
             self._ring._raise(status, "waiting for a batch", queue.Empty)
 
+    def _arena_free(self) -> bool:
+        """Whether no array sliced from the block is alive but the last one handed out (kept in
+        _view), and nobody else holds that one: then nothing anyone can see is in the block. Each
+        slice holds a reference to the block (NumPy makes the block every slice's base, views of
+        views included), and a memoryview or an FFI pointer of a slice holds the slice."""
+        arena, view = self._arena, self._view
+        return _refcount(view) == 3 and _refcount(arena) == self._arena_unused
+
     def _new_arena(self, n: int) -> None:
-        """A block for get_batch's common call with room for at least n items: the same one again
-        from its start when no array sliced from it is alive any more (each holds a reference to
-        it: its count is back to what it was when made), else a new one, the old left to the arrays
-        still using it. Reusing it matters: a fresh 1 MiB block is 256 pages to fault in, which cost
-        more than the copies of the batches it holds (0.5-0.8 us a 1 024-item batch, 2-core VM)."""
-        ring, arena = self._ring, self._arena
-        if arena is not None and self._arena_n >= n and _refcount(arena) == self._arena_unused:
+        """A block for get_batch with room for n items from _arena_at: this one if it has room
+        left, or from its start when nothing in it is seen any more (_arena_free), else a new one,
+        the old left to the arrays still using it. Reusing it matters: a fresh 1 MiB block is 256
+        pages to fault in, which cost more than the copies of the batches it holds (0.5-0.8 us a
+        1 024-item batch, 2-core VM)."""
+        if self._arena_n - self._arena_at >= n:
+            return
+        if self._arena_n >= n and self._arena_free():
             self._arena_at = 0
             return
+        ring = self._ring
         items = max(n, ARENA_BYTES // ring.item_size)
         arena = np.empty((items, *ring._row_shape), dtype=ring._row_dtype)
         self._arena, self._arena_ptr = arena, ffi.from_buffer(arena)  # the pointer holds a reference too
-        # Its count with no slice alive, as get_batch and this method see it (through a local)
+        self._view, self._view_n = arena[0:0], 0
+        # Its count when only _view holds a slice, as _arena_free and get_batch see it (through a local)
         self._arena_unused = _refcount(arena)
         self._arena_at, self._arena_n = 0, items
 
