@@ -166,6 +166,14 @@ int sy_ring_write_i64(sy_ring_producer *producer, int64_t value, int64_t timeout
  * capacity, n * slot_size <= SY_RING_NOW_BYTES and room for all n now. Otherwise SY_RING_NOT_NOW
  * and nothing is written (call sy_ring_write). Never waits: the Python layer keeps the GIL. */
 int sy_ring_write_now(sy_ring_producer *producer, const void *items, int64_t n);
+/* sy_ring_write_now with its arguments in one struct, kept by the caller for the array it publishes
+ * again and again: one argument crosses the FFI (cffi then calls it as METH_O, no argument tuple). */
+typedef struct sy_ring_write_args {
+    sy_ring_producer *producer;
+    const void *items;
+    int64_t n;
+} sy_ring_write_args;
+int sy_ring_write_args_now(const sy_ring_write_args *args);
 
 /* ---- consumers ---- */
 /* Declares n consumers to come (the creator, before publishing): n records gate the producers from
@@ -198,6 +206,9 @@ int64_t sy_ring_read_now(sy_ring_consumer *consumer, void *dst, int64_t at, int6
 /* sy_ring_read, but one item only while another consumer runs after this one. For per-item
  * readers that buffer what they took: one FFI crossing per batch instead of per item. */
 int sy_ring_read_ahead(sy_ring_consumer *consumer, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out);
+/* After sy_ring_read_ahead, sy_ring_read_now answers SY_RING_NOT_NOW until the caller says that
+ * every item it took was handed out (so a batch never overtakes them); sy_ring_read does not. */
+void sy_ring_ahead_taken(sy_ring_consumer *consumer);
 
 /* ---- the event poller: LMAX's EventPoller, a consumer that is polled and never waits ---- */
 enum sy_ring_poll_state {

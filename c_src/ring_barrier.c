@@ -76,6 +76,7 @@ static int consumer_handle(sy_ring *r, sy_ring_consumer *c, int record, uint64_t
     c->next = start + 1;
     c->available_cache = start;
     c->lost = 0;
+    c->ahead_pending = 0;
     c->next_liveness_ns = 0;
     c->n_after = 0;
     for (uint64_t a = after_mask; a; a &= a - 1) c->after[c->n_after++] = __builtin_ctzll(a);
@@ -350,7 +351,7 @@ int sy_ring_read(sy_ring_consumer *c, void *dst, int64_t max_n, int64_t timeout_
  * sees the end of the stream) does it. */
 int64_t sy_ring_read_now(sy_ring_consumer *c, void *dst, int64_t at, int64_t max_n) {
     const sy_ring *r = c->ring;
-    if (max_n < 1 || max_n > SY_RING_NOW_BYTES / r->slot_size || at < 0) return SY_RING_NOT_NOW;
+    if (max_n < 1 || max_n > SY_RING_NOW_BYTES / r->slot_size || at < 0 || c->ahead_pending) return SY_RING_NOT_NOW;
     int64_t want = c->next;
     int64_t got = c->available_cache >= want ? c->available_cache : probe_data(c, want);
     if (got < want) return SY_RING_NOT_NOW;
@@ -374,8 +375,11 @@ static bool has_dependents(const sy_ring_consumer *c) {
 }
 
 int sy_ring_read_ahead(sy_ring_consumer *c, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out) {
+    c->ahead_pending = 1;  /* before the read: whatever it takes, read_now waits for the caller's word */
     return sy_ring_read(c, dst, has_dependents(c) ? 1 : max_n, timeout_ns, n_out);
 }
+
+void sy_ring_ahead_taken(sy_ring_consumer *c) { c->ahead_pending = 0; }
 
 int sy_ring_read_one(sy_ring_consumer *c, void *dst, int64_t timeout_ns) {
     int64_t hi;

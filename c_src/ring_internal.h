@@ -246,6 +246,8 @@ struct sy_ring_consumer {
     _Atomic int64_t *sequence;                          /* our release sequence in the shared area */
     int64_t lost;                                       /* sequences skipped: their producer died */
     int64_t next_liveness_ns;                           /* the poller's next look for dead claims */
+    int ahead_pending;                                  /* read_ahead took items its caller may still hold
+                                                           back: read_now refuses until sy_ring_ahead_taken */
     sy_ring *ring;
     int record;
     int n_after;

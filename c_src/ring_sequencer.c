@@ -428,6 +428,8 @@ int sy_ring_write_now(sy_ring_producer *p, const void *items, int64_t n) {
     return SY_OK;
 }
 
+int sy_ring_write_args_now(const sy_ring_write_args *a) { return sy_ring_write_now(a->producer, a->items, a->n); }
+
 int sy_ring_write_one(sy_ring_producer *p, const void *item, int64_t timeout_ns) {
     int64_t hi;
     int status = sy_ring_claim(p, 1, timeout_ns, &hi);

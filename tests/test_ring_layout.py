@@ -189,3 +189,23 @@ def test_a_dropped_batch_makes_room_again():
             assert (batch == i).all() and batch.__array_interface__["data"][0] == where
             del batch
         assert c._arena_at == 100
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_get_batch_never_overtakes_what_get_read_ahead(layout):
+    """get() takes up to READ_AHEAD items in one C call; if it is interrupted before storing them
+    (the count is in C-written memory), get_batch's first try (read_now, which no longer checks
+    that count in Python) must still hand those out first: read_now refuses while they are held."""
+    with sy.RingBuffer(1024, np.int64, layout=layout) as rb:
+        c = rb.consumer()
+        rb.publish_batch(np.arange(600, dtype=np.int64))
+        assert c.get(timeout=5) == 0  # takes 256, hands out 1
+        assert c.get_batch(10).tolist() == list(range(1, 11))  # the held-back ones first
+        assert c.get_batch(1024).tolist() == list(range(11, 256))
+        assert c.get_batch(1024).tolist() == list(range(256, 600))
+        rb.publish_batch(np.arange(600, 1000, dtype=np.int64))
+        # the interrupted window: the C call took the items, Python never stored them
+        assert lib.sy_ring_read_ahead(c._handle, c._ahead_ptr, 256, -1, c._ahead_n) == 0
+        assert c._ahead_n[0] == 256 and not c._ahead
+        assert c.get_batch(1024).tolist() == list(range(600, 856))
+        assert c.get_batch(1024).tolist() == list(range(856, 1000))

@@ -19,7 +19,8 @@ RING_SOURCES = ["ring_segment.c", "ring_liveness.c", "ring_wait.c", "ring_sequen
                 "ring_work_pool.c", "ring_work_records.c", "ring_work_frames.c"]
 
 # Never wait; copy at most SY_QUEUE_SMALL_BYTES (the queue's) or SY_RING_NOW_BYTES (the batched path's).
-KEEP_GIL = ("sy_queue_put_small", "sy_queue_get_small", "sy_ring_write_now", "sy_ring_read_now")
+KEEP_GIL = ("sy_queue_put_small", "sy_queue_get_small", "sy_ring_write_now", "sy_ring_write_args_now",
+            "sy_ring_read_now")
 
 _KEEP_GIL_PREAMBLE = """
 #include <string.h>

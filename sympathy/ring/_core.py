@@ -20,6 +20,7 @@ _read_one, _read_ahead = lib.sy_ring_read_one, lib.sy_ring_read_ahead
 _write_many, _read_many = lib.sy_ring_write, lib.sy_ring_read  # the batched paths
 # ... and their first try: never wait, so the GIL is kept across them (sympathy/_build/ring_build.py)
 _write_now, _read_now, _NOT_NOW = lib.sy_ring_write_now, lib.sy_ring_read_now, lib.SY_RING_NOT_NOW
+_write_args_now = lib.sy_ring_write_args_now
 NOW_BYTES = lib.SY_RING_NOW_BYTES
 LAYOUTS = {"slots": lib.SY_RING_LAYOUT_SLOTS, "contiguous": lib.SY_RING_LAYOUT_CONTIGUOUS}
 _SLICE, _EBUSY = lib.SY_RING_WAIT_SLICE, lib.SY_RING_EBUSY

@@ -16,7 +16,7 @@ from .._errors import SY_ECLOSED, SY_EINVAL, SY_EOS, SY_ETIMEDOUT, SY_EUNSUPPORT
 from . import segment
 from ._core import (
     LAYOUTS, MAX_CONSUMERS, PRODUCERS, WAITS, WAIT_SLICE_NS, _EBUSY, _MAX_CAPACITY, _NOT_NOW, _SLICE, _describe, _rewait,
-    _segment_version, _timeout_ns, _write_i64, _write_many, _write_now, _write_one, ffi, lib,
+    _segment_version, _timeout_ns, _write_args_now, _write_i64, _write_many, _write_now, _write_one, ffi, lib,
 )
 from .consumer import Consumer, EventPoller
 from .segment import segment_name as _segment_name
@@ -224,7 +224,7 @@ class RingBuffer:
         # One tuple, read and replaced whole: threads of a multi-producer ring share this object.
         last = self._last_batch
         if items is last[0] and timeout is None and items.dtype is last[1] and items.shape == last[2] \
-                and items.strides == last[3] and not _write_now(last[6], last[4], last[5]):
+                and items.strides == last[3] and not _write_args_now(last[7]):  # (producer, pointer, n) in one
             return
         t = -1 if timeout is None else _timeout_ns(timeout)
         keep = False
@@ -240,8 +240,9 @@ class RingBuffer:
         producer = self._producer
         if producer is None:
             producer = self._producer_handle()
-        if keep:
-            self._last_batch = (items, items.dtype, items.shape, items.strides, pointer, n, producer)
+        if keep:  # the C arguments as one struct: one FFI argument, no argument tuple (cffi's METH_O)
+            args = ffi.new("sy_ring_write_args *", {"producer": producer, "items": pointer, "n": n})
+            self._last_batch = (items, items.dtype, items.shape, items.strides, pointer, n, producer, args)
         # First without waiting, the GIL kept (single producer, room for all of it now); only a
         # wait releases the GIL: each release hands the interpreter to any other Python thread.
         status = _write_now(producer, pointer, n)
@@ -468,7 +469,9 @@ class RingBuffer:
         return np.ascontiguousarray(items)
 
 
-_NO_BATCH = (None,) * 7  # publish_batch's last array: (array, dtype, shape, strides, FFI pointer, n, producer)
+# publish_batch's last array: (array, dtype, shape, strides, FFI pointer, n, producer, C arguments);
+# the tuple keeps the array's buffer export and the producer alive for the raw pointers of the last
+_NO_BATCH = (None,) * 8
 
 
 def _item_layout(dtype, item_size) -> tuple[np.dtype | None, int]:

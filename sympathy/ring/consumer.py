@@ -165,7 +165,7 @@ class Consumer:
             # object comes back when the count matches, as an allocator hands back a freed block.
             free = _refcount(view) == 3 and _refcount(arena) == self._arena_unused  # 3: view, _view, the call
             at = 0 if free else self._arena_at
-            if 0 < max_n <= self._arena_n - at and not self._ahead_n[0]:
+            if 0 < max_n <= self._arena_n - at:  # read_now itself refuses while get()'s read-ahead is held
                 n = _read_now(handle, self._arena_ptr, at, max_n)
                 if n > 0:
                     self._arena_at = at + n
@@ -183,6 +183,7 @@ class Consumer:
             self._check_open()
         if self._ahead or self._ahead_n[0]:
             return self._take_ahead(max_n)
+        lib.sy_ring_ahead_taken(handle)  # nothing get() took is held back now: read_now may read on
         ring = self._ring
         if out is not None:
             if not isinstance(out, np.ndarray) or out.dtype != ring._row_dtype \
