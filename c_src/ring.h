@@ -2,7 +2,8 @@
  * (c_src/ring_bench.c).
  *
  * One ring is one memory region: a header of 128-byte blocks (sequences, registries, liveness
- * records), then `capacity` fixed-size slots, each an 8-byte "published" header and the item. The
+ * records), then `capacity` fixed-size slots, each an 8-byte "published" header and the item (or,
+ * in the contiguous layout, an array of the headers and then the items back to back). The
  * region lives in private memory or in a named POSIX shared-memory segment, so producers and
  * consumers can be threads of one process or separate processes; the code path is the same.
  *
@@ -33,6 +34,17 @@ enum sy_ring_producer_kind {
     SY_RING_MULTI_PRODUCER = 1,   /* any number: fetch-add claim + per-slot availability flags */
 };
 
+/* Where a slot's "published" header sits (docs/ring.md, "The contiguous layout"). */
+enum sy_ring_layout {
+    SY_RING_LAYOUT_SLOTS = 0,       /* header, then item, in each slot: one line hands a consumer both */
+    SY_RING_LAYOUT_CONTIGUOUS = 1,  /* headers in an array of their own, items back to back: a batch is
+                                       one memcpy each way; a single producer publishes by the cursor
+                                       alone (no header written) */
+};
+
+/* Largest copy the *_now calls make (they keep the GIL: see sympathy/_build/ring_build.py). */
+enum sy_ring_now { SY_RING_NOW_BYTES = 1048576 };
+
 enum sy_ring_wait {
     SY_WAIT_BUSY_SPIN = 0,  /* PAUSE loop: lowest latency, burns a core */
     SY_WAIT_YIELD = 1,      /* spin a little, then sched_yield */
@@ -44,6 +56,8 @@ enum sy_ring_wait {
 enum sy_ring_status {
     SY_RING_WAIT_SLICE = -20, /* a wait slice ran out before the deadline: nothing done, call again */
     SY_RING_EBUSY = -21,      /* a second thread claimed through one single-producer handle */
+    SY_RING_NOT_NOW = -22,    /* a *_now call could not do it at once (or it is not one for it): nothing
+                                 was done; the waiting call does it */
 };
 
 typedef struct sy_ring sy_ring;
@@ -59,6 +73,7 @@ typedef struct sy_ring_config {
                               to measure false sharing on this very ring */
     const char *item_type; /* stored in the segment for attach to read back (sympathy: the NumPy
                               dtype's descr); NULL or "" for raw bytes; < SY_RING_ITEM_TYPE_MAX bytes */
+    int layout;            /* enum sy_ring_layout; 0 (slots) unless asked */
 } sy_ring_config;
 
 typedef struct sy_ring_info {
@@ -72,9 +87,10 @@ typedef struct sy_ring_info {
     int64_t region_bytes;
     int64_t header_bytes;
     int64_t slots_offset;  /* byte offset of slot 0's header within the region */
-    int64_t slot_stride;   /* bytes from one slot to the next */
-    int64_t payload_offset;/* bytes from a slot's header to its item */
+    int64_t slot_stride;   /* bytes from one item to the next (slot_size in the contiguous layout) */
+    int64_t payload_offset;/* bytes from a slot's header to its item (slots layout; 0 when contiguous) */
     int64_t sequence_stride;
+    int layout;            /* enum sy_ring_layout */
 } sy_ring_info;
 
 typedef struct sy_ring_peer {
@@ -146,6 +162,18 @@ int sy_ring_write(sy_ring_producer *producer, const void *items, int64_t n, int6
 int sy_ring_write_one(sy_ring_producer *producer, const void *item, int64_t timeout_ns);
 /* One 8-byte item passed by value (rings whose slot_size is 8; SY_EINVAL otherwise). */
 int sy_ring_write_i64(sy_ring_producer *producer, int64_t value, int64_t timeout_ns);
+/* sy_ring_write of n items if it can be done at once, without waiting: a single-producer ring, n <=
+ * capacity, n * slot_size <= SY_RING_NOW_BYTES and room for all n now. Otherwise SY_RING_NOT_NOW
+ * and nothing is written (call sy_ring_write). Never waits: the Python layer keeps the GIL. */
+int sy_ring_write_now(sy_ring_producer *producer, const void *items, int64_t n);
+/* sy_ring_write_now with its arguments in one struct, kept by the caller for the array it publishes
+ * again and again: one argument crosses the FFI (cffi then calls it as METH_O, no argument tuple). */
+typedef struct sy_ring_write_args {
+    sy_ring_producer *producer;
+    const void *items;
+    int64_t n;
+} sy_ring_write_args;
+int sy_ring_write_args_now(const sy_ring_write_args *args);
 
 /* ---- consumers ---- */
 /* Declares n consumers to come (the creator, before publishing): n records gate the producers from
@@ -171,9 +199,16 @@ void sy_ring_release(sy_ring_consumer *consumer, int64_t upto);
 /* wait + copy up to max_n items (stopping at max_n, never waiting for more than one) + release. */
 int sy_ring_read(sy_ring_consumer *consumer, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out);
 int sy_ring_read_one(sy_ring_consumer *consumer, void *dst, int64_t timeout_ns);
+/* sy_ring_read without waiting, into dst + at items: the count read (>= 1), or SY_RING_NOT_NOW
+ * (nothing read) when nothing is readable now or max_n * slot_size > SY_RING_NOW_BYTES, or another
+ * status (< 0). Never waits (the GIL is kept). */
+int64_t sy_ring_read_now(sy_ring_consumer *consumer, void *dst, int64_t at, int64_t max_n);
 /* sy_ring_read, but one item only while another consumer runs after this one. For per-item
  * readers that buffer what they took: one FFI crossing per batch instead of per item. */
 int sy_ring_read_ahead(sy_ring_consumer *consumer, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out);
+/* After sy_ring_read_ahead, sy_ring_read_now answers SY_RING_NOT_NOW until the caller says that
+ * every item it took was handed out (so a batch never overtakes them); sy_ring_read does not. */
+void sy_ring_ahead_taken(sy_ring_consumer *consumer);
 
 /* ---- the event poller: LMAX's EventPoller, a consumer that is polled and never waits ---- */
 enum sy_ring_poll_state {

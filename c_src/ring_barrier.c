@@ -76,6 +76,7 @@ static int consumer_handle(sy_ring *r, sy_ring_consumer *c, int record, uint64_t
     c->next = start + 1;
     c->available_cache = start;
     c->lost = 0;
+    c->ahead_pending = 0;
     c->next_liveness_ns = 0;
     c->n_after = 0;
     for (uint64_t a = after_mask; a; a &= a - 1) c->after[c->n_after++] = __builtin_ctzll(a);
@@ -227,6 +228,8 @@ void sy_ring_consumer_leave(sy_ring_consumer *c) {
  * producer: it covers everything up to it) or followed to its end (multi: only the headers know).
  * The scan ends within a lap: slot want + capacity cannot be published before we release want. */
 int64_t highest_published(const sy_ring *r, int64_t want) {
+    /* CONTIGUOUS single producer: no header is written, the cursor is stored (release) after the items */
+    if (r->cursor_publishes) return atomic_load_explicit(r->cursor, memory_order_acquire);
     int64_t s = want, scan_end = want + PUBLISHED_SCAN;
     while (s < scan_end && slot_published(r, s)) s++;
     if (s < scan_end) return s - 1;
@@ -273,7 +276,7 @@ static uint64_t upstream_mask(const sy_ring_consumer *c) {
  * the line back to us just before the producer needs it (ping-pong: 1 read in 4 with int64 items). */
 static int64_t probe_next(void *ctx, int64_t want) {
     sy_ring_consumer *c = ctx;
-    if (c->n_after) return probe_data(c, want);
+    if (c->n_after || c->ring->cursor_publishes) return probe_data(c, want);
     return slot_published(c->ring, want) ? want : want - 1;
 }
 
@@ -317,6 +320,11 @@ static void copy_out(const sy_ring *r, int64_t lo, unsigned char *dst, int64_t n
     for (int64_t done = 0, run; done < n; done += run) {
         run = run_before_end(r, lo + done, n - done);
         const unsigned char *item = item_at(r, lo + done);
+        if (items_contiguous(r)) {  /* CONTIGUOUS: the run is one memcpy */
+            memcpy(dst, item, (size_t)run * size);
+            dst += (size_t)run * size;
+            continue;
+        }
         for (int64_t i = 0; i < run; i++, item += stride, dst += size) {
             if (size == sizeof(int64_t)) memcpy(dst, item, sizeof(int64_t));
             else memcpy(dst, item, size);
@@ -337,6 +345,24 @@ int sy_ring_read(sy_ring_consumer *c, void *dst, int64_t max_n, int64_t timeout_
     return SY_OK;
 }
 
+/* sy_ring_read of what is readable now, never waiting (the Python layer keeps the GIL across it:
+ * see sy_ring_write_now); returns how many items it read. Nothing readable, or too large a copy:
+ * SY_RING_NOT_NOW, nothing taken, and the waiting call (which also skips a dead producer's claims and
+ * sees the end of the stream) does it. */
+int64_t sy_ring_read_now(sy_ring_consumer *c, void *dst, int64_t at, int64_t max_n) {
+    const sy_ring *r = c->ring;
+    if (max_n < 1 || max_n > SY_RING_NOW_BYTES / r->slot_size || at < 0 || c->ahead_pending) return SY_RING_NOT_NOW;
+    int64_t want = c->next;
+    int64_t got = c->available_cache >= want ? c->available_cache : probe_data(c, want);
+    if (got < want) return SY_RING_NOT_NOW;
+    if (beyond_a_lap(r, want, got)) return SY_ECORRUPT;
+    c->available_cache = got;
+    int64_t n = got - want + 1 < max_n ? got - want + 1 : max_n;
+    copy_out(r, want, (unsigned char *)dst + at * r->slot_size, n);
+    sy_ring_release(c, want + n - 1);
+    return n;  /* the count itself: no out-parameter to read back through the FFI */
+}
+
 /* Whether another live consumer runs after this one: then it must release item by item, because
  * releasing means "processed" to whoever follows. */
 static bool has_dependents(const sy_ring_consumer *c) {
@@ -349,8 +375,11 @@ static bool has_dependents(const sy_ring_consumer *c) {
 }
 
 int sy_ring_read_ahead(sy_ring_consumer *c, void *dst, int64_t max_n, int64_t timeout_ns, int64_t *n_out) {
+    c->ahead_pending = 1;  /* before the read: whatever it takes, read_now waits for the caller's word */
     return sy_ring_read(c, dst, has_dependents(c) ? 1 : max_n, timeout_ns, n_out);
 }
+
+void sy_ring_ahead_taken(sy_ring_consumer *c) { c->ahead_pending = 0; }
 
 int sy_ring_read_one(sy_ring_consumer *c, void *dst, int64_t timeout_ns) {
     int64_t hi;

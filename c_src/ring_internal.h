@@ -26,6 +26,9 @@
  *            written field
  *   slots  : capacity x slot_stride bytes; each slot is an 8-byte header (the sequence published
  *            into it, plus one) followed by the item, so a batch is one strided NumPy array
+ *            (layout SLOTS, the default), or, in the CONTIGUOUS layout, capacity 8-byte headers (to
+ *            the next block) and then capacity items back to back: a batch is one memcpy each way,
+ *            and a single producer writes no header at all (its cursor says what is published)
  *
  * Memory-ordering contract: a producer writes a slot's item, then publishes it with a release store
  * of the slot's header (and, single producer, of the cursor after a batch); a consumer acquire-loads
@@ -58,7 +61,8 @@
  * 3: the origin block at the header's end (creation nonce, creator pid, item type).
  * 2: per-slot published headers, strided slots, the sequence area (1 had a cursor-only single
  * producer and a separate lap-number array for multi producers). */
-#define SY_RING_VERSION 5u
+/* 6: the identity's layout word and the contiguous layout (headers apart from the items). */
+#define SY_RING_VERSION 6u
 #define NO_SEQUENCE (-1)
 /* 128-byte blocks of the work pool: settings, work sequence, counts, 64 gates, 64 intents. */
 #define SY_WORK_POOL_BLOCKS (3 + SY_RING_MAX_CONSUMERS + SY_RING_MAX_PRODUCERS)
@@ -78,7 +82,9 @@ typedef struct sy_ring_identity {
     int32_t max_consumers;
     int32_t max_producers;
     int32_t sequence_stride;    /* bytes between the hot sequences: 128, or 64/8 for the ablation */
-    int32_t payload_offset;     /* bytes from a slot's header to its item */
+    int32_t payload_offset;     /* bytes from a slot's header to its item (SLOTS; 0: CONTIGUOUS) */
+    int32_t layout;             /* enum sy_ring_layout */
+    int32_t reserved;
     int64_t slots_offset;
     int64_t region_bytes;
     uint64_t checksum;          /* of the fields above: a torn or scribbled header fails attach */
@@ -198,6 +204,11 @@ _Static_assert(SY_RING_MAX_CONSUMERS <= 64, "consumer sets are 64-bit masks");
 struct sy_ring {
     struct sy_ring_header *header;
     unsigned char *slots;             /* slot 0's header */
+    unsigned char *items;             /* slot 0's item: slots + 8 (SLOTS) or after the header array */
+    int64_t header_stride;            /* bytes between two slots' headers: slot_stride, or 8 */
+    int64_t item_stride;              /* bytes between two items: slot_stride, or slot_size */
+    bool cursor_publishes;            /* single producer, CONTIGUOUS: no header is written; the cursor
+                                         (stored with release after the items) is the only signal */
     _Atomic int64_t *cursor;          /* pointers into the sequence area, placed by its stride */
     _Atomic int64_t *gating_cache;
     unsigned char *sequences;
@@ -235,6 +246,8 @@ struct sy_ring_consumer {
     _Atomic int64_t *sequence;                          /* our release sequence in the shared area */
     int64_t lost;                                       /* sequences skipped: their producer died */
     int64_t next_liveness_ns;                           /* the poller's next look for dead claims */
+    int ahead_pending;                                  /* read_ahead took items its caller may still hold
+                                                           back: read_now refuses until sy_ring_ahead_taken */
     sy_ring *ring;
     int record;
     int n_after;
@@ -250,12 +263,15 @@ static inline _Atomic int64_t *consumer_sequence(const sy_ring *r, int record) {
 }
 
 static inline sy_slot_header *slot_header(const sy_ring *r, int64_t sequence) {
-    return (sy_slot_header *)(r->slots + (size_t)(sequence & r->mask) * (size_t)r->slot_stride);
+    return (sy_slot_header *)(r->slots + (size_t)(sequence & r->mask) * (size_t)r->header_stride);
 }
 
 static inline void *item_at(const sy_ring *r, int64_t sequence) {
-    return (unsigned char *)slot_header(r, sequence) + SLOT_HEADER_BYTES;
+    return r->items + (size_t)(sequence & r->mask) * (size_t)r->item_stride;
 }
+
+/* Items back to back (CONTIGUOUS): a run of them is one memcpy. */
+static inline bool items_contiguous(const sy_ring *r) { return r->item_stride == r->slot_size; }
 
 /* acquire: the item written before the producer's release store of this header is visible. */
 static inline bool slot_published(const sy_ring *r, int64_t sequence) {

@@ -51,14 +51,21 @@ static bool valid_sequence_stride(int64_t stride) {
     return stride == SY_DESTRUCTIVE_SIZE || stride == SY_CACHE_LINE || stride == (int64_t)sizeof(int64_t);
 }
 
-static int layout_for(int64_t capacity, int64_t slot_size, int64_t *slot_stride, int64_t *slots_offset,
+/* The header array of the CONTIGUOUS layout: capacity 8-byte headers, to the next block, so the
+ * items start on a block of their own (no line shared between the last headers and the first items). */
+static int64_t header_array_bytes(int64_t capacity) { return align_up(capacity * SLOT_HEADER_BYTES, BLOCK); }
+
+/* slot_stride: bytes from one item to the next (slot_size when CONTIGUOUS). */
+static int layout_for(int64_t capacity, int64_t slot_size, int layout, int64_t *slot_stride, int64_t *slots_offset,
                       int64_t *region_bytes) {
     if (capacity < 2 || (capacity & (capacity - 1)) || capacity > ((int64_t)1 << 40)) return SY_EINVAL;
     if (slot_size < 1 || slot_size > ((int64_t)1 << 30)) return SY_EINVAL;
-    *slot_stride = slot_stride_for(slot_size);
-    if (capacity > (INT64_MAX / 4) / *slot_stride) return SY_EINVAL;
+    if (layout != SY_RING_LAYOUT_SLOTS && layout != SY_RING_LAYOUT_CONTIGUOUS) return SY_EINVAL;
+    *slot_stride = layout == SY_RING_LAYOUT_SLOTS ? slot_stride_for(slot_size) : slot_size;
+    if (capacity > (INT64_MAX / 4) / (*slot_stride + SLOT_HEADER_BYTES)) return SY_EINVAL;
     *slots_offset = (int64_t)sizeof(struct sy_ring_header);
-    *region_bytes = align_up(*slots_offset + capacity * *slot_stride, 4096);
+    int64_t headers = layout == SY_RING_LAYOUT_SLOTS ? 0 : header_array_bytes(capacity);
+    *region_bytes = align_up(*slots_offset + headers + capacity * *slot_stride, 4096);
     return SY_OK;
 }
 
@@ -74,9 +81,11 @@ static int validate_identity(const sy_ring_identity *id) {
     if (id->producer_kind != SY_RING_SINGLE_PRODUCER && id->producer_kind != SY_RING_MULTI_PRODUCER) return SY_EINVAL;
     if (id->wait < SY_WAIT_BUSY_SPIN || id->wait > SY_WAIT_BLOCKING) return SY_EINVAL;
     if (id->max_consumers != SY_RING_MAX_CONSUMERS || id->max_producers != SY_RING_MAX_PRODUCERS) return SY_EINVAL;
-    if (!valid_sequence_stride(id->sequence_stride) || id->payload_offset != SLOT_HEADER_BYTES) return SY_EINVAL;
+    if (!valid_sequence_stride(id->sequence_stride)) return SY_EINVAL;
+    if (id->payload_offset != (id->layout == SY_RING_LAYOUT_SLOTS ? SLOT_HEADER_BYTES : 0) || id->reserved) return SY_EINVAL;
     int64_t slot_stride, slots_offset, bytes;
-    if (layout_for(id->capacity, id->slot_size, &slot_stride, &slots_offset, &bytes) != SY_OK) return SY_EINVAL;
+    if (layout_for(id->capacity, id->slot_size, id->layout, &slot_stride, &slots_offset, &bytes) != SY_OK)
+        return SY_EINVAL;
     if (slot_stride != id->slot_stride || slots_offset != id->slots_offset) return SY_EINVAL;
     if (bytes != id->region_bytes) return SY_EINVAL;
     return SY_OK;
@@ -138,9 +147,12 @@ int sy_ring_validate(const void *region, int64_t region_bytes) {
 
 uint32_t sy_ring_format_version(void) { return SY_RING_VERSION; }
 
+/* The SLOTS layout's size: the contiguous layout's is never larger (8 + slot_size bytes a slot
+ * against at least that, rounded up), so this is what any ring of these slots needs at most. */
 int64_t sy_ring_region_bytes(int64_t capacity, int64_t slot_size) {
     int64_t slot_stride, slots_offset, bytes;
-    return layout_for(capacity, slot_size, &slot_stride, &slots_offset, &bytes) == SY_OK ? bytes : -1;
+    return layout_for(capacity, slot_size, SY_RING_LAYOUT_SLOTS, &slot_stride, &slots_offset, &bytes) == SY_OK ? bytes
+                                                                                                            : -1;
 }
 
 /* Random, never 0 (0 marks "no origin"): tells apart two rings created under one name. */
@@ -166,7 +178,8 @@ static void init_region(struct sy_ring_header *h, const sy_ring_config *c, int64
     id->max_consumers = SY_RING_MAX_CONSUMERS;
     id->max_producers = SY_RING_MAX_PRODUCERS;
     id->sequence_stride = (int32_t)sequence_stride;
-    id->payload_offset = (int32_t)SLOT_HEADER_BYTES;
+    id->layout = c->layout;
+    id->payload_offset = c->layout == SY_RING_LAYOUT_SLOTS ? (int32_t)SLOT_HEADER_BYTES : 0;
     id->slots_offset = slots_offset;
     id->region_bytes = region_bytes;
     for (int i = 0; i < SEQ_COUNT; i++)
@@ -195,6 +208,16 @@ static int wrap_region(void *region, size_t bytes, int shared, sy_ring **out) {
     r->wait = h->identity.wait;
     r->producer_kind = h->identity.producer_kind;
     r->slots = (unsigned char *)region + h->identity.slots_offset;
+    if (h->identity.layout == SY_RING_LAYOUT_SLOTS) {
+        r->items = r->slots + SLOT_HEADER_BYTES;
+        r->header_stride = r->item_stride = r->slot_stride;
+    } else {
+        r->items = r->slots + header_array_bytes(h->identity.capacity);
+        r->header_stride = SLOT_HEADER_BYTES;
+        r->item_stride = r->slot_size;
+    }
+    r->cursor_publishes = h->identity.layout == SY_RING_LAYOUT_CONTIGUOUS &&
+                          h->identity.producer_kind == SY_RING_SINGLE_PRODUCER;
     r->sequences = h->sequences.room;
     r->sequence_stride = h->identity.sequence_stride;
     r->cursor = (_Atomic int64_t *)(r->sequences + SEQ_CURSOR * r->sequence_stride);
@@ -259,7 +282,7 @@ int sy_ring_create(const sy_ring_config *c, const char *name, sy_ring **out) {
     int64_t sequence_stride = c->sequence_stride ? c->sequence_stride : SY_DESTRUCTIVE_SIZE;
     if (!valid_sequence_stride(sequence_stride)) return SY_EINVAL;
     int64_t slot_stride, slots_offset, bytes;
-    int status = layout_for(c->capacity, c->slot_size, &slot_stride, &slots_offset, &bytes);
+    int status = layout_for(c->capacity, c->slot_size, c->layout, &slot_stride, &slots_offset, &bytes);
     if (status != SY_OK) return status;
     if (name && !valid_name(name)) return SY_EINVAL;
     void *region;
@@ -433,10 +456,11 @@ int sy_ring_get_info(const sy_ring *r, sy_ring_info *out) {
     out->slot_stride = id->slot_stride;
     out->payload_offset = id->payload_offset;
     out->sequence_stride = id->sequence_stride;
+    out->layout = id->layout;
     return SY_OK;
 }
 
-void *sy_ring_slots(const sy_ring *r) { return r->slots + SLOT_HEADER_BYTES; }
+void *sy_ring_slots(const sy_ring *r) { return r->items; }
 
 int sy_ring_layout_offsets(const sy_ring *r, int64_t *out, int n) {
     const unsigned char *base = (const unsigned char *)r->header;

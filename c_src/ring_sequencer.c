@@ -327,6 +327,7 @@ int sy_ring_claim(sy_ring_producer *p, int64_t n, int64_t timeout_ns, int64_t *h
  * consumer never reads a slot that a slower producer, holding an earlier claim, has not finished
  * (LMAX's availableBuffer, here in the slot's own line). */
 static inline void mark_published(sy_ring *r, int64_t sequence) {
+    if (r->cursor_publishes) return;  /* the cursor alone says it (finish_publish) */
     atomic_store_explicit(&slot_header(r, sequence)->published_plus_one, sequence + 1, memory_order_release);
 }
 
@@ -355,6 +356,18 @@ void sy_ring_publish(sy_ring_producer *p, int64_t lo, int64_t hi) {
  * (int64, float64: the Python fast paths) get a fixed-size copy, which compiles to one move. */
 static void copy_in_and_publish(sy_ring *r, int64_t lo, const unsigned char *src, int64_t n) {
     const size_t size = (size_t)r->slot_size, stride = (size_t)r->slot_stride;
+    if (items_contiguous(r)) {
+        /* CONTIGUOUS: each run is one memcpy (wide stores, no header between the items), then the
+         * headers, each a release store after the whole run: a consumer that sees a header sees its
+         * item. A single producer writes none: finish_publish's cursor store says it all. */
+        for (int64_t done = 0, run; done < n; done += run) {
+            run = run_before_end(r, lo + done, n - done);
+            memcpy(item_at(r, lo + done), src + done * size, (size_t)run * size);
+            if (!r->cursor_publishes)
+                for (int64_t s = lo + done; s < lo + done + run; s++) mark_published(r, s);
+        }
+        return;
+    }
     for (int64_t done = 0, run; done < n; done += run) {
         int64_t sequence = lo + done;
         run = run_before_end(r, sequence, n - done);
@@ -387,6 +400,35 @@ int sy_ring_write(sy_ring_producer *p, const void *items, int64_t n, int64_t tim
     }
     return SY_OK;
 }
+
+/* What sy_ring_write does for a batch it can take at once, with no wait at all: the Python layer
+ * calls it with the GIL kept (a C call that released and re-took it cost a GIL handoff to every
+ * other Python thread, per batch), and only a wait needs the GIL released. A single producer's claim
+ * is its own arithmetic; the gating sequences are read once when the cached minimum runs out. */
+int sy_ring_write_now(sy_ring_producer *p, const void *items, int64_t n) {
+    sy_ring *r = p->ring;
+    if (r->producer_kind != SY_RING_SINGLE_PRODUCER || n < 1 || n > ring_capacity(r) ||
+        n > SY_RING_NOW_BYTES / r->slot_size)
+        return SY_RING_NOT_NOW;
+    if (atomic_load_explicit(&r->header->registry.closed, memory_order_relaxed)) return SY_ECLOSED;  /* as claim */
+    if (r->refuse_concurrent_claims && !enter_single_claim(p)) return SY_RING_EBUSY;
+    int64_t next = p->next_claim + n;
+    int64_t wrap_point = next - ring_capacity(r);
+    if (wrap_point > p->gating_cache) {
+        int64_t gating = minimum_gating(r, p->next_claim);  /* acquire loads: see claim_single's wait */
+        if (wrap_point > gating) {
+            atomic_store_explicit(&p->busy, 0, memory_order_release);  /* no claim made */
+            return SY_RING_NOT_NOW;
+        }
+        p->gating_cache = gating;
+    }
+    p->next_claim = next;
+    copy_in_and_publish(r, next - n + 1, items, n);
+    finish_publish(p, next);
+    return SY_OK;
+}
+
+int sy_ring_write_args_now(const sy_ring_write_args *a) { return sy_ring_write_now(a->producer, a->items, a->n); }
 
 int sy_ring_write_one(sy_ring_producer *p, const void *item, int64_t timeout_ns) {
     int64_t hi;

@@ -225,11 +225,14 @@ def test_two_threads_on_one_single_producer_never_duplicate_or_lose():
 
 
 # ---- case 6: dead peers ----------------------------------------------------------------------------
-def test_killed_single_producer_is_taken_over():
+@pytest.mark.parametrize("layout", ["slots", "contiguous"])
+def test_killed_single_producer_is_taken_over(layout):
+    """In the contiguous layout nothing but the cursor says what is published: the dead
+    producer's open claim (written, never published) must not reach the consumer either."""
     name = f"sytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     out = assert_clean_exit(run_child(PRELUDE + f"""
 import os, signal, multiprocessing as mp
-rb = sy.RingBuffer(64, np.int64, name={name!r})
+rb = sy.RingBuffer(64, np.int64, name={name!r}, layout={layout!r})
 c = rb.consumer()
 ready = mp.get_context("fork").Event()
 def producer():

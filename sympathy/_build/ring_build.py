@@ -3,7 +3,8 @@ sharing c_src/ring_internal.h), plus its C benchmarks in c_src/ring_bench.c; run
 build in place.
 
 cffi releases the GIL around every C call. For the queue's small calls that never wait
-(sy_queue_put_small, sy_queue_get_small) that release and re-take is most of the call: about 800 of
+(sy_queue_put_small, sy_queue_get_small, and the batched path's sy_ring_write_now and
+sy_ring_read_now) that release and re-take is most of the call: about 800 of
 its ~1 500 instructions (cachegrind), plus a chance to hand the interpreter to another thread in
 the middle of a put. The preamble below keeps the GIL for those two wrappers only (by the
 wrapper's own name, which the compiler folds), and every other call releases it as before.
@@ -17,7 +18,9 @@ from _common import build_in_place, subject_ffibuilder  # noqa: E402
 RING_SOURCES = ["ring_segment.c", "ring_liveness.c", "ring_wait.c", "ring_sequencer.c", "ring_barrier.c",
                 "ring_work_pool.c", "ring_work_records.c", "ring_work_frames.c"]
 
-KEEP_GIL = ("sy_queue_put_small", "sy_queue_get_small")  # never wait; copy at most SY_QUEUE_SMALL_BYTES
+# Never wait; copy at most SY_QUEUE_SMALL_BYTES (the queue's) or SY_RING_NOW_BYTES (the batched path's).
+KEEP_GIL = ("sy_queue_put_small", "sy_queue_get_small", "sy_ring_write_now", "sy_ring_write_args_now",
+            "sy_ring_read_now")
 
 _KEEP_GIL_PREAMBLE = """
 #include <string.h>

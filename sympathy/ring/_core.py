@@ -18,10 +18,16 @@ from .segment import SHM_DIR  # noqa: E402  (after the build check above)
 _write_one, _write_i64 = lib.sy_ring_write_one, lib.sy_ring_write_i64
 _read_one, _read_ahead = lib.sy_ring_read_one, lib.sy_ring_read_ahead
 _write_many, _read_many = lib.sy_ring_write, lib.sy_ring_read  # the batched paths
+# ... and their first try: never wait, so the GIL is kept across them (sympathy/_build/ring_build.py)
+_write_now, _read_now, _NOT_NOW = lib.sy_ring_write_now, lib.sy_ring_read_now, lib.SY_RING_NOT_NOW
+_write_args_now = lib.sy_ring_write_args_now
+NOW_BYTES = lib.SY_RING_NOW_BYTES
+LAYOUTS = {"slots": lib.SY_RING_LAYOUT_SLOTS, "contiguous": lib.SY_RING_LAYOUT_CONTIGUOUS}
 _SLICE, _EBUSY = lib.SY_RING_WAIT_SLICE, lib.SY_RING_EBUSY
 WAIT_SLICE_NS = 20_000_000  # a C wait comes back this often: Ctrl-C is seen within it (the target is 100 ms)
 READ_AHEAD = 256  # items get() may take in one C call (plain numeric dtypes, no consumer after it)
-SCRATCH_BYTES = 1 << 20  # get_batch lands in a kept buffer up to this size; larger asks allocate exactly
+ARENA_BYTES = 1 << 20  # get_batch copies into a block this large, handing out slices of it; asks over
+                       # NOW_BYTES wait first, then allocate exactly what is ready
 
 WAITS = {"busy_spin": lib.SY_WAIT_BUSY_SPIN, "yield": lib.SY_WAIT_YIELD, "sleep": lib.SY_WAIT_SLEEP,
          "blocking": lib.SY_WAIT_BLOCKING}

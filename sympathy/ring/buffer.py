@@ -15,7 +15,8 @@ import numpy as np
 from .._errors import SY_ECLOSED, SY_EINVAL, SY_EOS, SY_ETIMEDOUT, SY_EUNSUPPORTED, ClosedError
 from . import segment
 from ._core import (
-    MAX_CONSUMERS, PRODUCERS, WAITS, WAIT_SLICE_NS, _EBUSY, _MAX_CAPACITY, _SLICE, _describe, _rewait, _segment_version, _timeout_ns, _write_i64, _write_many, _write_one, ffi, lib,
+    LAYOUTS, MAX_CONSUMERS, PRODUCERS, WAITS, WAIT_SLICE_NS, _EBUSY, _MAX_CAPACITY, _NOT_NOW, _SLICE, _describe, _rewait,
+    _segment_version, _timeout_ns, _write_args_now, _write_i64, _write_many, _write_now, _write_one, ffi, lib,
 )
 from .consumer import Consumer, EventPoller
 from .segment import segment_name as _segment_name
@@ -32,11 +33,17 @@ class RingBuffer:
     name: create a named POSIX shared-memory segment (mode 0600) that other processes attach to.
     consumers: consumers to come (in this process or others): the producers wait for them from the
     first item, so a consumer made after publishing began still sees everything (see `consumer`).
+    layout: where each slot's "published" header sits. "slots" (the default): before its item, so
+    one cache line hands a consumer the signal and the item together (lowest per-item latency).
+    "contiguous": the items back to back, the headers apart (and none written by a single producer:
+    its cursor says what is published), so a batch is one memcpy each way and the ring's items are
+    a plain contiguous array; a per-item handoff then moves two lines instead of one. For batches
+    (publish_batch, get_batch, claim, view_batch): docs/ring.md, "The contiguous layout".
     """
 
     def __init__(self, capacity: int, dtype=None, *, item_size: int | None = None,
                  producer: str = "single", wait: str = "blocking", name: str | None = None,
-                 consumers: int = 0):
+                 consumers: int = 0, layout: str = "slots"):
         dtype, size = _item_layout(dtype, item_size)
         if isinstance(consumers, bool) or not isinstance(consumers, (int, np.integer)):
             raise TypeError(f"consumers must be an int; got {type(consumers).__name__}")
@@ -51,9 +58,12 @@ class RingBuffer:
             raise ValueError(f"producer must be one of {sorted(PRODUCERS)}; got {producer!r}")
         if wait not in WAITS:
             raise ValueError(f"wait must be one of {sorted(WAITS)}; got {wait!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {sorted(LAYOUTS)}; got {layout!r}")
         item_type = ffi.new("char[]", segment.dtype_text(dtype))
         config = ffi.new("sy_ring_config *", {"capacity": capacity, "slot_size": size, "item_type": item_type,
-                                              "producer_kind": PRODUCERS[producer], "wait": WAITS[wait]})
+                                              "producer_kind": PRODUCERS[producer], "wait": WAITS[wait],
+                                              "layout": LAYOUTS[layout]})
         out = ffi.new("sy_ring **")
         if name is None:
             _describe(lib.sy_ring_create(config, ffi.NULL, out), "creating a ring")
@@ -129,6 +139,7 @@ class RingBuffer:
         self.name = name
         self.producer_kind = "multi" if info.producer_kind == lib.SY_RING_MULTI_PRODUCER else "single"
         self.wait = next(k for k, v in WAITS.items() if v == info.wait)
+        self.layout = next(k for k, v in LAYOUTS.items() if v == info.layout)
         self._owner = owner
         self._nonce = int(lib.sy_ring_nonce(handle))
         self._inode = None
@@ -138,8 +149,9 @@ class RingBuffer:
         self._closed = False
         lib.sy_ring_set_wait_slice(handle, WAIT_SLICE_NS)
         lib.sy_ring_refuse_concurrent_claims(handle, 1)  # one object, any thread: refuse, never duplicate
-        # Each slot is an 8-byte "published" header followed by the item, so the items sit one
-        # slot_stride apart: a strided (not contiguous) array over the ring, zero-copy all the same.
+        # In the slots layout each slot is an 8-byte "published" header followed by the item, so the
+        # items sit one slot_stride apart: a strided (not contiguous) array over the ring, zero-copy
+        # all the same; in the contiguous layout slot_stride is the item size.
         # Raw rings (item_size=) look like a (capacity, item_size) uint8 array, typed rings like 1-D.
         stride = int(info.slot_stride)
         # Every view (view_batch, claim, a poller's records) holds the mapping through this buffer:
@@ -152,7 +164,7 @@ class RingBuffer:
         self._row_shape, self._row_dtype = self._slots.shape[1:], self._slots.dtype
         self._pack, self._unpack = _scalar_codec(dtype)
         self._int64 = dtype is not None and dtype == np.dtype(np.int64)
-        self._last_batch = None  # (array, dtype, shape, strides, FFI pointer) of publish_batch's last array
+        self._last_batch = _NO_BATCH  # publish_batch's last array: see there
         self._written_spare: list = []
 
     # ---- producer side -------------------------------------------------------------------------
@@ -204,26 +216,41 @@ class RingBuffer:
         Batches up to `capacity` items are claimed at once: all or nothing. Larger batches go in
         capacity-sized pieces; a timeout part-way raises queue.Full saying how many went out.
         """
-        t = -1 if timeout is None else _timeout_ns(timeout)
         # The array published last time, unchanged (shape, dtype and strides can be reassigned in
-        # place, so they are compared): its checks and its FFI pointer are kept. Each of those costs
+        # place, so they are compared): its checks, its FFI pointer and the producer are kept, and
+        # the common call is this one C call, made with the GIL kept (it never waits: room for
+        # all of it now, single producer), or else the path below. Each step left out here costs
         # about what the C call spends moving 100 items (docs/pipeline.md, "The batched path").
         # One tuple, read and replaced whole: threads of a multi-producer ring share this object.
         last = self._last_batch
-        if last is not None and items is last[0] and items.dtype is last[1] and items.shape == last[2] \
-                and items.strides == last[3]:
-            pointer, n = last[4], last[2][0]
+        if items is last[0] and timeout is None and items.dtype is last[1] and items.shape == last[2] \
+                and items.strides == last[3] and not _write_args_now(last[7]):  # (producer, pointer, n) in one
+            return
+        t = -1 if timeout is None else _timeout_ns(timeout)
+        keep = False
+        if items is last[0] and items.dtype is last[1] and items.shape == last[2] and items.strides == last[3]:
+            pointer, n = last[4], last[5]
         else:
             array = self._as_batch(items)
             n = len(array)
             if n == 0:
                 return
             pointer = ffi.from_buffer(array)  # holds a buffer export: numpy refuses to resize it under us
-            if array is items and self.dtype is not None:
-                self._last_batch = (items, items.dtype, items.shape, items.strides, pointer)
+            keep = array is items and self.dtype is not None
         producer = self._producer
         if producer is None:
             producer = self._producer_handle()
+        if keep:  # the C arguments as one struct: one FFI argument, no argument tuple (cffi's METH_O)
+            args = ffi.new("sy_ring_write_args *", {"producer": producer, "items": pointer, "n": n})
+            self._last_batch = (items, items.dtype, items.shape, items.strides, pointer, n, producer, args)
+        # First without waiting, the GIL kept (single producer, room for all of it now); only a
+        # wait releases the GIL: each release hands the interpreter to any other Python thread.
+        status = _write_now(producer, pointer, n)
+        if status != _NOT_NOW:
+            if status:
+                producer = None
+                self._raise(status, f"publishing a batch (0 of {n} items published)", queue.Full)
+            return
         try:  # the out-parameter: one per concurrent call (a multi-producer ring has several threads)
             written = self._written_spare.pop()
         except IndexError:
@@ -354,7 +381,7 @@ class RingBuffer:
         for consumer in sorted(self._consumers, key=lambda c: -c.index):
             consumer._leave()
         self._producer = None  # its finaliser closes it: now, or when the last call inside returns
-        self._last_batch = None  # the caller's array is theirs to resize again
+        self._last_batch = _NO_BATCH  # the caller's array is theirs to resize again
         self._slots = None
         if self.name is not None and (self._owner if unlink is None else unlink):
             segment.unlink_own(self.name, self._nonce, self._inode)  # while mapped: it pins the inode
@@ -371,8 +398,9 @@ class RingBuffer:
     def __repr__(self) -> str:
         kind = f"dtype={self.dtype}" if self.dtype is not None else f"item_size={self.item_size}"
         where = f", name={self.name!r}" if self.name else ""
+        layout = ", layout='contiguous'" if self.layout == "contiguous" else ""
         return (f"RingBuffer(capacity={self.capacity}, {kind}, producer={self.producer_kind!r}, "
-                f"wait={self.wait!r}{where}{', closed' if self._closed else ''})")
+                f"wait={self.wait!r}{where}{layout}{', closed' if self._closed else ''})")
 
     # ---- helpers ---------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -439,6 +467,11 @@ class RingBuffer:
         if items.ndim != 1:
             raise ValueError(f"items must be 1-D (one item per element); got shape {items.shape}")
         return np.ascontiguousarray(items)
+
+
+# publish_batch's last array: (array, dtype, shape, strides, FFI pointer, n, producer, C arguments);
+# the tuple keeps the array's buffer export and the producer alive for the raw pointers of the last
+_NO_BATCH = (None,) * 8
 
 
 def _item_layout(dtype, item_size) -> tuple[np.dtype | None, int]:

@@ -4,14 +4,18 @@ from __future__ import annotations
 import contextlib
 import enum
 import queue
+import sys
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from .._errors import SY_EINVAL, ClosedError
 from ._core import (
-    MAX_CONSUMERS, READ_AHEAD, SCRATCH_BYTES, _SLICE, _describe, _read_ahead, _read_many, _read_one, _rewait, _timeout_ns, ffi, lib,
+    ARENA_BYTES, MAX_CONSUMERS, NOW_BYTES, READ_AHEAD, _NOT_NOW, _SLICE, _describe, _read_ahead,
+    _read_many, _read_now, _read_one, _rewait, _timeout_ns, ffi, lib,
 )
+
+_refcount = sys.getrefcount
 
 if TYPE_CHECKING:  # the buffer imports this module, not the other way round
     from .buffer import RingBuffer
@@ -46,8 +50,18 @@ class Consumer:
         # the C call writes the count itself, so a Ctrl-C that lands before Python stored the items
         # leaves them here for the next call instead of losing them (_keep_ahead).
         self._ahead_n = ffi.new("int64_t *")
-        self._scratch = self._scratch_ptr = None  # get_batch's landing buffer
-        self._scratch_n = 0  # its length in items
+        # get_batch copies straight into a block and returns a slice of it: no allocation and no
+        # second copy per batch. A part of the block that an array still alive shows is never
+        # written again (see _arena_free); a new block replaces a full one, and goes when the last
+        # array sliced from it goes. Until the first get_batch, an empty one.
+        self._arena = np.empty((0, *ring._row_shape), dtype=ring._row_dtype)
+        self._arena_ptr = None
+        self._arena_at = self._arena_n = 0  # items handed out of it, and its length
+        self._view = self._arena[0:0]  # the last slice handed out (kept: handed out again once dropped)
+        self._view_n = 0
+        arena = self._arena
+        self._arena_unused = _refcount(arena)  # its reference count (through a local) when only _view holds a slice
+        del arena
         if ring._unpack is not None:
             self._ahead_array = np.empty(READ_AHEAD, dtype=ring.dtype)
             self._ahead_buf = memoryview(self._ahead_array).cast("B")
@@ -135,20 +149,33 @@ class Consumer:
         """Up to max_n items that are ready (at least one): a copy, yours to keep.
 
         Waits only for the first item; returns at once with whatever else is already published.
-        Without `out`, the array is sized to what is ready (not to max_n); with `out` (a
+        Without `out`, the array is sized to what is ready (not to max_n): a slice of a 1 MiB block
+        that this consumer fills batch after batch and never writes twice (the block is freed with
+        the last array sliced from it; `.copy()` one you keep for long); with `out` (a
         contiguous array of the ring's dtype and at least max_n items) the items land there and
         `out[:n]` comes back, with no allocation.
         """
+        handle, arena, view = self._handle, self._arena, self._view  # locals: see _arena_free
+        if type(max_n) is int and out is None and timeout is None and handle is not None and not self._ahead:
+            # The common call, in the fewest steps: what is ready now, copied straight into the
+            # block with the GIL kept (no wait, so no GIL handoff to another thread). When no slice
+            # of the block is alive any more but the last one handed out, and nobody holds that one
+            # (their reference counts say so: a batch dropped as it came), the block starts over:
+            # the batch lands where the last one did, in lines still in L1, and that same array
+            # object comes back when the count matches, as an allocator hands back a freed block.
+            free = _refcount(view) == 3 and _refcount(arena) == self._arena_unused  # 3: view, _view, the call
+            at = 0 if free else self._arena_at
+            if 0 < max_n <= self._arena_n - at:  # read_now itself refuses while get()'s read-ahead is held
+                n = _read_now(handle, self._arena_ptr, at, max_n)
+                if n > 0:
+                    self._arena_at = at + n
+                    if free and n == self._view_n:
+                        return view
+                    view = self._view = arena[at:at + n]
+                    self._view_n = n
+                    return view
+        del arena, view
         t = -1 if timeout is None else _timeout_ns(timeout)
-        handle = self._handle  # a local: a close() from another thread cannot free it under the call
-        if type(max_n) is int and 0 < max_n <= self._scratch_n and out is None and handle is not None \
-                and not self._ahead:
-            # The common call, in the fewest steps: one C call (wait + copy + release) into the kept
-            # scratch buffer, then the copy the caller keeps (see below for why not two C calls).
-            status = _read_many(handle, self._scratch_ptr, max_n, t, self._n)
-            if status:
-                self._read(handle, self._scratch_ptr, max_n, t, status)
-            return self._scratch[:self._n[0]].copy()
         if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
             raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
         max_n = int(max_n)
@@ -156,6 +183,7 @@ class Consumer:
             self._check_open()
         if self._ahead or self._ahead_n[0]:
             return self._take_ahead(max_n)
+        lib.sy_ring_ahead_taken(handle)  # nothing get() took is held back now: read_now may read on
         ring = self._ring
         if out is not None:
             if not isinstance(out, np.ndarray) or out.dtype != ring._row_dtype \
@@ -166,15 +194,23 @@ class Consumer:
             self._read(handle, ffi.from_buffer(out), max_n, t)
             return out[:self._n[0]]
         max_n = min(max_n, ring.capacity)  # never more is ready
-        if max_n * ring.item_size <= SCRATCH_BYTES:
-            # One C call (wait + copy + release) into a scratch buffer kept for the next call, then
-            # a NumPy copy sized to what came: every C call releases the GIL, and with another
-            # Python thread running each release costs a GIL handoff (docs/ring.md, threads batched).
-            scratch, pointer = self._scratch_for(max_n)
-            status = lib.sy_ring_read(handle, pointer, max_n, t, self._n)  # per batch: no extra call
-            if status:
-                self._read(handle, pointer, max_n, t, status)
-            return scratch[:self._n[0]].copy()
+        if max_n * ring.item_size <= NOW_BYTES:
+            # The block (from its start if no slice of it is alive, a new one if it has no room for
+            # max_n items), and what is ready copied into it: now with the GIL kept, else waiting
+            # without it.
+            self._new_arena(max_n)
+            at = self._arena_at
+            n = _read_now(handle, self._arena_ptr, at, max_n)
+            if n == _NOT_NOW:
+                self._read(handle, self._arena_ptr + at * ring.item_size, max_n, t)
+                n = self._n[0]
+            elif n < 0:
+                handle = None
+                ring._raise(n, "reading a batch", queue.Empty)
+            self._arena_at = at + n
+            view = self._view = self._arena[at:at + n]
+            self._view_n = n
+            return view
         # Large items: wait, then allocate exactly what is ready (no max_n-sized scratch to keep).
         self._wait(handle, t)
         n = min(self._hi[0] - lib.sy_ring_consumer_sequence(handle), max_n)
@@ -202,14 +238,33 @@ class Consumer:
             handle = None
             self._ring._raise(status, "waiting for a batch", queue.Empty)
 
-    def _scratch_for(self, n: int):
-        """A buffer of at least n items (grown, never shrunk; at most the ring's capacity)."""
-        if self._scratch is None or len(self._scratch) < n:
-            ring = self._ring
-            self._scratch = np.empty((n, *ring._row_shape), dtype=ring._row_dtype)
-            self._scratch_ptr = ffi.from_buffer(self._scratch)
-            self._scratch_n = n
-        return self._scratch, self._scratch_ptr
+    def _arena_free(self) -> bool:
+        """Whether no array sliced from the block is alive but the last one handed out (kept in
+        _view), and nobody else holds that one: then nothing anyone can see is in the block. Each
+        slice holds a reference to the block (NumPy makes the block every slice's base, views of
+        views included), and a memoryview or an FFI pointer of a slice holds the slice."""
+        arena, view = self._arena, self._view
+        return _refcount(view) == 3 and _refcount(arena) == self._arena_unused
+
+    def _new_arena(self, n: int) -> None:
+        """A block for get_batch with room for n items from _arena_at: this one if it has room
+        left, or from its start when nothing in it is seen any more (_arena_free), else a new one,
+        the old left to the arrays still using it. Reusing it matters: a fresh 1 MiB block is 256
+        pages to fault in, which cost more than the copies of the batches it holds (0.5-0.8 us a
+        1 024-item batch, 2-core VM)."""
+        if self._arena_n - self._arena_at >= n:
+            return
+        if self._arena_n >= n and self._arena_free():
+            self._arena_at = 0
+            return
+        ring = self._ring
+        items = max(n, ARENA_BYTES // ring.item_size)
+        arena = np.empty((items, *ring._row_shape), dtype=ring._row_dtype)
+        self._arena, self._arena_ptr = arena, ffi.from_buffer(arena)  # the pointer holds a reference too
+        self._view, self._view_n = arena[0:0], 0
+        # Its count when only _view holds a slice, as _arena_free and get_batch see it (through a local)
+        self._arena_unused = _refcount(arena)
+        self._arena_at, self._arena_n = 0, items
 
     @contextlib.contextmanager
     def view_batch(self, max_n: int, timeout: float | None = None) -> Iterator[np.ndarray]:

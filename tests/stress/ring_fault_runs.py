@@ -94,10 +94,10 @@ def reader_main(name: str, poller: bool, seed: int, ready, conn) -> None:
     os._exit(0)
 
 
-def one_run(wait: str, seed: int) -> dict:
+def one_run(wait: str, seed: int, layout: str = "slots") -> dict:
     rng = np.random.default_rng(seed)
     name = f"syfault-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    rb = sy.RingBuffer(CAPACITY, np.int64, name=name, producer="multi", wait=wait)
+    rb = sy.RingBuffer(CAPACITY, np.int64, name=name, producer="multi", wait=wait, layout=layout)
     readers, pipes = [], []
     try:
         for r in range(2):
@@ -184,11 +184,12 @@ def main() -> None:
     parser.add_argument("--wait", choices=sorted(sy.ring.WAITS), required=True)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layout", choices=["slots", "contiguous"], default="slots")
     args = parser.parse_args()
     summary = {"wait": args.wait, "runs": 0, "kills": {}, "items": 0, "lost": 0, "failures": []}
     for run in range(args.runs):
         seed = args.seed + run
-        outcome = one_run(args.wait, seed)
+        outcome = one_run(args.wait, seed, args.layout)
         summary["runs"] += 1
         if "failure" in outcome:
             summary["failures"].append({"seed": seed, **outcome})

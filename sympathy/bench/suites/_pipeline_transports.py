@@ -442,10 +442,18 @@ class SyRingFrames(Transport):
 
 def busy_loop_count(task_s: float) -> int:
     """Iterations of an empty Python loop that take task_s on this CPU (the fastest of 5 timings,
-    so a task is at least task_s of work when the CPU is not shared)."""
-    n = 20_000
+    so a task is at least task_s of work when the CPU is not shared). The loop first runs for
+    WARM_S: a core that was idle runs at a low clock until the governor raises it, and the 16-core
+    host, calibrated cold (5 timings of ~1 ms), gave "50 us" tasks that took 19-25 us once its
+    cores were busy (docs/pipeline.md, "Workers: the ideal")."""
+    n, t0 = 20_000, time.perf_counter()
+    while time.perf_counter() - t0 < WARM_S:
+        _time_loop(n)
     best = min(_time_loop(n) for _ in range(5))
     return max(1, round(n * task_s / best))
+
+
+WARM_S = 0.3
 
 
 def _time_loop(n: int) -> float:

@@ -6,7 +6,8 @@ Three shapes, producer and consumers in separate processes (fork):
   frames   1080p RGB uint8 frames (6.2 MB), 1 -> 1, frames/s and GB/s beside single-thread memcpy
            bandwidth measured in the same run;
   workers  1 producer -> N workers running 50 us busy tasks, tasks/s against the ideal speed-up:
-           ideal = min(N, C) x the serial rate of the same tasks, C = the CPUs this process may use.
+           ideal = min(N, C) x the serial rate of the same tasks, C = the CPUs this process may use,
+           and the ceiling: N processes running their own share of the tasks with no transport.
 Anchors: multiprocessing.Queue (the ratio column), multiprocessing.SimpleQueue, faster-fifo, pyzmq
 PUSH/PULL over ipc://, shared_memory + a Queue of names by hand (frames), iceoryx2 (objects, frames),
 multiprocessing.Pool (workers). A missing optional anchor is a row saying so.
@@ -106,6 +107,21 @@ def _worker(t, w: int, counters, loops: int, ready, go) -> None:
         counters[base + 1] += i
         counters[base] += 1
     rx.close()
+
+
+def _own_tasks(w: int, counters, loops: int, share: range, ready, go) -> None:
+    """The no-transport ceiling's worker: the same task body and counters as _worker, on task ids
+    it makes itself (its share of them), so what it measures is what the host gives N busy
+    processes at once (frequency under load, siblings, scheduling), with nothing handed over."""
+    ready.wait(tr.TIMEOUT_S)
+    ready.wait(tr.TIMEOUT_S)
+    go.wait(tr.TIMEOUT_S)
+    base = w * 8
+    for i in share:
+        for _ in range(loops):
+            pass
+        counters[base + 1] += i
+        counters[base] += 1
 
 
 def _pool_task(args):
@@ -230,6 +246,37 @@ def workers_rate(transport: type, workers: int, tasks: int, loops: int) -> float
     return tasks / seconds
 
 
+def ceiling_rate(workers: int, tasks: int, loops: int) -> float:
+    """tasks/s of `workers` processes each running its share of the tasks with no transport at all
+    (ids made in place, the same task body and counters as the workers shape, the clock run the
+    same way): the most any transport can reach on this host with that many workers."""
+    counters = CTX.RawArray("q", 8 * workers)
+    ready, go = CTX.Barrier(workers + 1), CTX.Event()
+    children = [_fork(_own_tasks, w, counters, loops, range(w, tasks, workers), ready, go) for w in range(workers)]
+    for child in children:
+        child.start()
+    try:
+        ready.wait(tr.TIMEOUT_S)
+        ready.wait(tr.TIMEOUT_S)
+        t0 = time.perf_counter()
+        go.set()
+        deadline = time.monotonic() + tr.TIMEOUT_S
+        while sum(counters[w * 8] for w in range(workers)) < tasks:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no-transport ceiling: {tasks} tasks not done in {tr.TIMEOUT_S} s")
+            time.sleep(0.0002)
+        seconds = time.perf_counter() - t0
+    finally:
+        for child in children:
+            child.join(tr.TIMEOUT_S)
+            if child.is_alive():
+                child.kill()
+    total = sum(counters[w * 8 + 1] for w in range(workers))
+    if total != tasks * (tasks - 1) // 2:
+        raise RuntimeError(f"no-transport ceiling: id sum {total}: a task ran twice or not at all")
+    return tasks / seconds
+
+
 def pool_rate(workers: int, tasks: int, loops: int) -> float:
     """multiprocessing.Pool.imap_unordered, one task per message (chunksize=1, as the queues);
     the pool is started and warm before the clock."""
@@ -276,6 +323,8 @@ FRAMES = (tr.MpQueue, tr.SimpleQueue, tr.FasterFifo, tr.Zmq, tr.SharedMemoryByHa
           tr.SyQueueFrames, tr.SyRingFrames)
 WORKERS = (tr.MpQueue, tr.SimpleQueue, tr.FasterFifo, tr.Zmq, tr.SyQueue)
 OURS = ("sy.",)
+CEILING = "no transport: N processes, own tasks (ceiling)"
+NOT_TRANSPORTS = ("ideal", "single-thread", "no transport")  # the ceilings rows are read against
 
 
 def usable_cpus() -> int:
@@ -286,7 +335,7 @@ class PipelineSuite(Suite):
     title = "Multiprocessing pipelines: sympathy vs every anchor (per second; higher is better)"
     primary = "per s"
     higher_is_better = True
-    columns = ("per s", "GB/s", "% memcpy", "speed-up", "x ideal")
+    columns = ("per s", "GB/s", "% memcpy", "speed-up", "x ideal", "x ceiling")
     ratio_label = "x mp.Queue"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -340,7 +389,7 @@ class PipelineSuite(Suite):
                                  layout="constrained")
         for ax, group in zip(axes.flat, groups):
             members = [r for r in results.rows if r.group == group and self.primary in r.metrics]
-            ceiling = [r.variant.startswith(("ideal", "single-thread")) for r in members]
+            ceiling = [r.variant.startswith(NOT_TRANSPORTS) for r in members]
             ours = [r.variant.startswith(OURS) for r in members]
             bars = ax.barh([r.variant for r in members], [r.metrics[self.primary] for r in members],
                            color=["white" if c else "#3b75af" if o else "#bbbbbb" for c, o in zip(ceiling, ours)],
@@ -424,19 +473,33 @@ class PipelineSuite(Suite):
             ideal = min(n, cpus)
             results.add(group, f"ideal: min(N, {cpus} CPUs) x serial rate", params=params,
                         **{"per s": ideal * serial, "speed-up": float(ideal), "x ideal": 1.0})
+            # The ceiling is run between the transports, once before each and once after the last, and
+            # its median taken: this host's per-task speed drifts with what else runs on it (the same
+            # task took 55-95 us on the 16-core host from one run to the next), so a ceiling taken
+            # once, before the rest, would be read against runs made under other conditions.
+            ceilings = []
             for transport in WORKERS:
+                ceilings.append(ceiling_rate(n, args.tasks, loops))
                 self.measure(results, group, transport, lambda: workers_rate(transport, n, args.tasks, loops),
                              args.repeat, params)
                 if transport is tr.MpQueue:
                     rate = statistics.median(pool_rate(n, args.tasks, loops) for _ in range(args.repeat))
                     results.add(group, "multiprocessing.Pool imap_unordered", params=params, **{"per s": rate})
+            ceilings.append(ceiling_rate(n, args.tasks, loops))
+            ceiling = statistics.median(ceilings)
+            results.add(group, CEILING, params=params, **{"per s": ceiling, "speed-up": ceiling / serial,
+                                                          "x ideal": ceiling / (ideal * serial), "x ceiling": 1.0})
             for row in results.rows:
                 if row.group == group and "per s" in row.metrics and "speed-up" not in row.metrics:
                     row.metrics["speed-up"] = row.metrics["per s"] / serial
                     row.metrics["x ideal"] = row.metrics["per s"] / (ideal * serial)
+                    row.metrics["x ceiling"] = row.metrics["per s"] / ceiling
         results.note(f"workers: ideal = min(N, C) x the serial rate of the same tasks in one process "
                      f"({serial:,.0f} tasks/s here), C = {cpus} usable CPUs; the producer's own work counts "
-                     f"against the transport. iceoryx2 has no row: publish-subscribe gives every sample to "
+                     f"against the transport. The ceiling row is N processes running their own share of "
+                     f"the tasks with no transport (same body, counters and clock), run between the transports "
+                     f"(median of {len(WORKERS) + 1}): what the host gives N busy processes; x ceiling is a "
+                     f"row over it. iceoryx2 has no row: publish-subscribe gives every sample to "
                      f"every subscriber, it does not share work.")
 
     @staticmethod
@@ -445,7 +508,7 @@ class PipelineSuite(Suite):
         for group in dict.fromkeys(r.group for r in results.rows):
             rows = [r for r in results.rows if r.group == group and "per s" in r.metrics]
             anchors = [r for r in rows if not r.variant.startswith(OURS) and not r.variant.startswith(
-                ("ideal", "single-thread"))]
+                NOT_TRANSPORTS)]
             for ours in (r for r in rows if r.variant.startswith(OURS)):
                 ratios = ", ".join(f"{ours.metrics['per s'] / a.metrics['per s']:.2f}x {a.variant}" for a in anchors)
                 results.note(f"{group.split(',')[0]}: {ours.variant} = {ratios}")

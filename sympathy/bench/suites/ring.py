@@ -128,11 +128,12 @@ def _time_threads(produce, consume) -> float:
     return time.perf_counter() - t0
 
 
-def py_threads_ring(n: int, batch: int, wait: str = "blocking", capacity: int = 1 << 14) -> float:
+def py_threads_ring(n: int, batch: int, wait: str = "blocking", capacity: int = 1 << 14,
+                    layout: str = "slots") -> float:
     """items/s, one producer thread and one consumer thread."""
     from ...ring import RingBuffer
 
-    with RingBuffer(capacity, np.int64, wait=wait) as rb:
+    with RingBuffer(capacity, np.int64, wait=wait, layout=layout) as rb:
         c = rb.consumer()
         if batch == 1:
             def produce():
@@ -179,12 +180,12 @@ def py_threads_queue(n: int, batch: int, capacity: int = 1 << 14) -> float:
     return n // batch * batch / _time_threads(produce, consume)
 
 
-def py_one_thread_ring(n: int, batch: int, capacity: int = 1 << 14) -> float:
+def py_one_thread_ring(n: int, batch: int, capacity: int = 1 << 14, layout: str = "slots") -> float:
     """items/s of publish_batch + get_batch alternating in ONE thread: the CPU cost of a batch with
     no second thread, so no GIL handoff and no wait. The baseline that explains the threads row."""
     from ...ring import RingBuffer
 
-    with RingBuffer(capacity, np.int64) as rb:
+    with RingBuffer(capacity, np.int64, layout=layout) as rb:
         c = rb.consumer()
         chunk = np.arange(batch, dtype=np.int64)
         t0 = time.perf_counter()
@@ -495,10 +496,13 @@ class RingSuite(Suite):
             (f"Python threads, batches of {b}", [
                 ("queue.Queue (arrays)", True, lambda: py_threads_queue(nb, b)),
                 ("collections.deque (arrays, polling)", False, lambda: py_threads_deque(nb, b)),
-                ("sy.RingBuffer", False, lambda: py_threads_ring(nb, b))]),
+                ("sy.RingBuffer", False, lambda: py_threads_ring(nb, b)),
+                ("sy.RingBuffer layout='contiguous'", False, lambda: py_threads_ring(nb, b, layout="contiguous"))]),
             (f"Python ONE thread, batches of {b} (no handoff: the cost of a batch)", [
                 ("queue.Queue put(fresh array) + get", True, lambda: py_one_thread_queue(nb // 4, b)),
-                ("sy.RingBuffer publish_batch + get_batch", False, lambda: py_one_thread_ring(nb // 4, b))]),
+                ("sy.RingBuffer publish_batch + get_batch", False, lambda: py_one_thread_ring(nb // 4, b)),
+                ("sy.RingBuffer layout='contiguous'", False,
+                 lambda: py_one_thread_ring(nb // 4, b, layout="contiguous"))]),
             ("Python processes, per item", [
                 ("multiprocessing.Queue", True, lambda: py_processes_mpqueue(n // 4, 1)),
                 ("multiprocessing.Pipe", False, lambda: py_processes_pipe(n, 1)),
