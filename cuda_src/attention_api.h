@@ -56,8 +56,8 @@ typedef struct sy_attn_params {
     int max_seqlen_q;
     /* attn_mask tile by tile (mma and hopper, forward and backward: attention_mask.cuh), or mask_lists
        NULL. mask: the element mask by mask_strides (batch, head, row, col; 0 broadcasts), of type
-       mask_kind: 0 float32 (additive; naive's only kind), 1 bool (one byte, nonzero takes part), 2 float16,
-       3 bfloat16. mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
+       mask_kind: 0 float32 (additive; naive's only kind), 1 bool (one byte, nonzero takes part).
+       mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
        ...] by mask_list_strides (0 broadcasts); row blocks are query blocks of mask_block_q rows in the
        forward (entries: key blocks of mask_block_k) and key blocks in the backward (entries: query
        blocks); a kernel refuses tiles of another shape. Not with a band, varlen or (mma) deterministic. */
@@ -114,8 +114,8 @@ typedef struct sy_attn_bwd_params {
     int64_t mask_strides[4];
     /* attn_mask tile by tile (mma and hopper, forward and backward: attention_mask.cuh), or mask_lists
        NULL. mask: the element mask by mask_strides (batch, head, row, col; 0 broadcasts), of type
-       mask_kind: 0 float32 (additive; naive's only kind), 1 bool (one byte, nonzero takes part), 2 float16,
-       3 bfloat16. mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
+       mask_kind: 0 float32 (additive; naive's only kind), 1 bool (one byte, nonzero takes part).
+       mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
        ...] by mask_list_strides (0 broadcasts); row blocks are query blocks of mask_block_q rows in the
        forward (entries: key blocks of mask_block_k) and key blocks in the backward (entries: query
        blocks); a kernel refuses tiles of another shape. Not with a band, varlen or (mma) deterministic. */

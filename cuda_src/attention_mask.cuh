@@ -28,7 +28,9 @@ namespace sy_attn {
 
 constexpr int kBandMask = 3;   // the mode: lists of mask tiles instead of a band (kMode & 3 in hopper)
 
-enum MaskKind { kMaskF32 = 0, kMaskBool = 1, kMaskF16 = 2, kMaskBF16 = 3 };   // sy_attn_params.mask_kind
+// sy_attn_params.mask_kind. The kernels read float32 and bool; a float16/bfloat16 mask is converted to float32
+// by the Python layer (mask_tiles.py; a copy of the mask's own, unbroadcast elements).
+enum MaskKind { kMaskF32 = 0, kMaskBool = 1 };
 enum TileClass { kTileEmpty = 0, kTileFull = 1, kTilePartial = 2 };
 
 // One row block's list: count, then the entries.
@@ -59,18 +61,24 @@ struct MaskTile {
     int kind, cls, n_rows, n_cols;
     float inv_scale;
 
+    // Applies the tile to a fragment of scores (raw q.k): each_score(op) calls op(s, row, col) for every
+    // score s the thread holds (row: query, col: key, absolute). Scores past the edges and in an empty
+    // tile become -inf; a full tile changes no other; a partial one reads the mask. The class and the kind
+    // are settled once per tile, outside the loop (one select-or-add per score; a per-score switch made
+    // ptxas keep every load path live and spill a kilobyte in the hopper consumer).
+    // score() without the mask's elements: the edges and an empty tile only (no load).
+    __device__ __forceinline__ float edge(float s, int row, int col) const {
+        return row >= n_rows || col >= n_cols || cls == kTileEmpty ? -INFINITY : s;
+    }
+
     // Score s (raw q.k) of element (row, col) of the mask (row: query, col: key) with the mask applied:
-    // -inf past the edges and in an empty tile; a full tile leaves s as it is.
-    __device__ __forceinline__ float apply(float s, int row, int col) const {
+    // -inf past the edges and in an empty tile; a full tile leaves every other score as it is.
+    __device__ __forceinline__ float score(float s, int row, int col) const {
         if (row >= n_rows || col >= n_cols || cls == kTileEmpty) return -INFINITY;
-        if (cls != kTilePartial) return s;
+        if (cls == kTileFull) return s;
         const int64_t at = base + row * row_stride + col * col_stride;
-        switch (kind) {
-            case kMaskBool: return __ldg(static_cast<const unsigned char *>(data) + at) ? s : -INFINITY;
-            case kMaskF16: return s + __half2float(__ldg(static_cast<const __half *>(data) + at)) * inv_scale;
-            case kMaskBF16: return s + __bfloat162float(__ldg(static_cast<const __nv_bfloat16 *>(data) + at)) * inv_scale;
-            default: return s + __ldg(static_cast<const float *>(data) + at) * inv_scale;
-        }
+        if (kind == kMaskBool) return __ldg(static_cast<const unsigned char *>(data) + at) ? s : -INFINITY;
+        return s + __ldg(static_cast<const float *>(data) + at) * inv_scale;
     }
 };
 
@@ -84,7 +92,7 @@ __device__ __forceinline__ MaskTile mask_tile(const P &p, int b, int h, int e) {
 // A direct C caller's mistakes: lists without a mask, a kind out of range, tiles of another shape.
 template <class P>
 inline bool check_mask(const P &p, int block_q, int block_k) {
-    if (!p.mask || p.mask_kind < kMaskF32 || p.mask_kind > kMaskBF16 || !(p.scale > 0.f)) return false;
+    if (!p.mask || (p.mask_kind != kMaskF32 && p.mask_kind != kMaskBool) || !(p.scale > 0.f)) return false;
     return p.mask_block_q == block_q && p.mask_block_k == block_k;
 }
 

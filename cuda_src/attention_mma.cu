@@ -150,19 +150,19 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
         }
 
         if constexpr (kMask && kMode == kBandMask) {   // attention_mask.cuh: the list entry's tile
+            const int col0 = key_row0(j) + (lane % 4) * 2, row0 = m0 + warp_row0 + lane / 4;
             const MaskTile t = mask_tile(p, b, h, walk.entry(j));
-            const int col0 = key_row0(j) + (lane % 4) * 2;
 #pragma unroll
             for (int ma = 0; ma < Tr::kMAtoms; ++ma)
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int row = m0 + warp_row0 + ma * 16 + lane / 4 + half * 8;
+                for (int half = 0; half < 2; ++half)
 #pragma unroll
                     for (int nt = 0; nt < Tr::kNTilesS; ++nt)
 #pragma unroll
-                        for (int c = 0; c < 2; ++c)
-                            rS[ma][nt][2 * half + c] = t.apply(rS[ma][nt][2 * half + c], row, col0 + nt * 8 + c);
-                }
+                        for (int c = 0; c < 2; ++c) {
+                            float &s = rS[ma][nt][2 * half + c];
+                            s = t.score(s, row0 + ma * 16 + half * 8, col0 + nt * 8 + c);
+                        }
         } else if constexpr (kMask) {
             // Thread (lane) holds rows lane/4 (+8) and columns 2 (lane%4) (+1) of every n8 tile; a
             // row keeps keys below min(seqlen_k, row + band.hi + 1) (causal) and (local) from
