@@ -286,7 +286,7 @@ int launch_band(const sy_attn_params &p, cudaStream_t stream) {
 
 template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
-    if (p.head_dim == 64) return launch_band<MmaTraitsD64, MmaTraitsD64, MmaTraitsD64, T>(p, stream);
+    if (p.head_dim == 64) return launch_band<MmaTraitsD64, MmaTraitsD64, MmaTraitsD64Mask, T>(p, stream);
     return launch_band<MmaTraitsD128, MmaTraitsD128Causal, MmaTraitsD128Mask, T>(p, stream);
 }
 
