@@ -40,6 +40,7 @@ from .. import config
 from .._errors import NotSupportedError
 from ._checks import check_dropout
 from .band import NO_WINDOW, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
+from .mask_tiles import MIN_FLOAT_MASK_SCALE, fill_params as _fill_mask_params, prepare as _prepare_mask, tile_shape
 from .math_backward import math_backward as _math_backward
 
 KERNELS = ("naive", "tiled", "mma", "hopper")
@@ -241,8 +242,13 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
         raise ValueError(f"kernel must be one of {KERNELS + ('auto',)}; got {kernel!r}")
     half = q.dtype in (torch.float16, torch.bfloat16)
     if kernel == "auto":
-        if attn_mask is not None:
+        if attn_mask is not None:   # tile by tile (mask_tiles.py) where a kernel takes it
             kernel = "naive"
+            if half and not band and q.device.type == "cuda":
+                if tile_shape("hopper", d) and _on_hopper(q):
+                    kernel = "hopper"
+                elif tile_shape("mma", d) and torch.cuda.get_device_capability(q.device) >= (8, 0):
+                    kernel = "mma"
         elif half and d in HOPPER_HEAD_DIMS and _on_hopper(q):
             kernel = "hopper"
         elif half and d in MMA_HEAD_DIMS:
@@ -252,7 +258,11 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
         else:
             kernel = "naive"
     if attn_mask is not None and kernel != "naive":
-        raise NotImplementedError(f"attn_mask is supported by kernel='naive' only; got kernel={kernel!r}")
+        if band:
+            raise NotImplementedError("attn_mask with window or causal_offset runs on kernel='naive' only")
+        if kernel not in ("mma", "hopper") or not tile_shape(kernel, d):
+            raise NotImplementedError(f"attn_mask runs on kernel='mma' (d 64, 128), 'hopper' (d 128) and 'naive'; "
+                                      f"got kernel={kernel!r} with d={d}")
     if band and kernel == "tiled":
         raise NotImplementedError("window and causal_offset are supported by kernels 'mma', 'hopper' and 'naive'; "
                                   "got kernel='tiled'")
@@ -314,7 +324,13 @@ def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band
                              f"(B, H, Nq, Nk) = {(B, Hq, Nq, k.shape[2])}") from None
         if is_causal:
             raise ValueError("pass attn_mask or is_causal=True, not both (as torch's SDPA)")
+    requested = kernel
     kernel = _resolve_kernel(q, attn_mask, kernel, band)
+    if attn_mask is not None and kernel in ("mma", "hopper") and attn_mask.dtype != torch.bool \
+            and scale is not None and abs(scale) < MIN_FLOAT_MASK_SCALE:
+        if requested != "auto":   # the kernels add mask / scale (mask_tiles.py)
+            raise NotImplementedError(f"a float attn_mask with |scale| < {MIN_FLOAT_MASK_SCALE} runs on kernel='naive' only")
+        kernel = "naive"
     for name, t in (("q", q), ("k", k), ("v", v), ("attn_mask", attn_mask)):
         if t is not None and t.device.type != "cuda":
             raise ValueError(f"{name} must be on a CUDA device; got {t.device}")
@@ -395,7 +411,10 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     p.lse = ffi.cast("float *", lse.data_ptr())
     for field, t in (("q_strides", q), ("k_strides", k), ("v_strides", v), ("o_strides", out)):
         getattr(p, field)[0:3] = list(t.stride()[:3])
-    if attn_mask is not None:
+    if attn_mask is not None and kernel in ("mma", "hopper"):   # tile by tile (mask_tiles.py)
+        mask_tiles = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), kernel, d)
+        _fill_mask_params(p, ffi, mask_tiles)
+    elif attn_mask is not None:
         if attn_mask.dtype == torch.bool:   # True takes part (torch's convention)
             attn_mask = torch.zeros(attn_mask.shape, dtype=torch.float32, device=q.device).masked_fill_(~attn_mask, -math.inf)
         mask = attn_mask.to(torch.float32).expand(B, Hq, Nq, Nk)
@@ -585,9 +604,12 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d): CUDA tensors, float32/float16/bfloat16, any strides
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
     enable_gqa lets Hq be a multiple of Hkv. attn_mask (bool: True takes part, or additive float),
-    broadcastable to (B, Hq, Nq, Nk), runs on kernel="naive" only. kernel="auto" picks "hopper" on
-    an sm_90 GPU (d = 64, 128 or 256) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for
-    other supported head dims, "naive" otherwise or with a mask. A row whose keys are all masked gives 0.
+    broadcastable to (B, Hq, Nq, Nk) (broadcast dims and any strides read in place), runs tile by tile
+    on "mma" (d 64, 128) and "hopper" (d 128): mask_tiles.py lists each query block's key tiles, empty
+    ones are never loaded, full ones run unmasked, only mixed ones read the mask; other calls with a mask
+    run on "naive". kernel="auto" picks "hopper" on an sm_90 GPU (d = 64, 128 or 256; with a mask d =
+    128) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head dims,
+    "naive" otherwise. A row whose keys are all masked gives 0 (LSE -inf), as torch's SDPA.
 
     Differentiable: the backward (for fp16/bf16 cuda_src/attention_hopper_bwd.cu (wgmma, TMA) after a
     `hopper` forward, cuda_src/attention_mma_bwd.cu (mma.sync) otherwise; cuda_src/attention_bwd.cu in
