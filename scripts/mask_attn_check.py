@@ -39,8 +39,11 @@ def main():
         lines.append(f"tests: {done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-500:]}"
                      f" ({time.time() - t0:.0f} s)")
 
-    import sympathy as sy
+    import warnings
+
     from sympathy.attention import cuda, mask_tiles
+
+    warnings.simplefilter("ignore")   # torch's "kernel not used because" notes for the backends that refuse
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     torch.manual_seed(0)
@@ -93,6 +96,30 @@ def main():
             row(f"SDPA {name}, additive (B,1,1,N) bf16", lambda: sdpa(q, k, v, additive_bf16), vis_flops, b0)
             row(f"SDPA {name}, bool (B,1,N,N)", lambda: sdpa(q, k, v, boolean), vis_flops, b0)
 
+    # forward + backward (FLOPs 3.5x the forward's: the backward 2.5x). Masked calls: the forward above,
+    # the mma backward tile by tile (mask_tiles.py).
+    qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(q)
+
+    def fwd_bwd(f):
+        def run():
+            qg.grad = kg.grad = vg.grad = None
+            f().backward(dout)
+        return run
+    fb = {}
+    for kernel in ("hopper", "mma"):
+        fb[kernel] = row(f"fwd+bwd ours {kernel}, no mask", fwd_bwd(lambda: ours(qg, kg, vg, kernel=kernel)),
+                         3.5 * full_flops)
+        row(f"fwd+bwd ours {kernel}, additive (B,1,1,N) f32", fwd_bwd(lambda: ours(qg, kg, vg, additive, kernel=kernel)),
+            3.5 * vis_flops, fb[kernel])
+        row(f"fwd+bwd ours {kernel}, bool (B,1,N,N)", fwd_bwd(lambda: ours(qg, kg, vg, boolean, kernel=kernel)),
+            3.5 * vis_flops, fb[kernel])
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        with sdpa_kernel([backend]):
+            b0 = row(f"fwd+bwd SDPA {name}, no mask", fwd_bwd(lambda: sdpa(qg, kg, vg)), 3.5 * full_flops)
+            row(f"fwd+bwd SDPA {name}, additive (B,1,1,N) bf16", fwd_bwd(lambda: sdpa(qg, kg, vg, additive_bf16)),
+                3.5 * vis_flops, b0)
+
     # error of the masked run against float64 on two heads
     ref = torch.nn.functional.scaled_dot_product_attention(q[:, :2].double(), k[:, :2].double(), v[:, :2].double(),
                                                            additive.double())
@@ -100,6 +127,7 @@ def main():
         got = ours(q[:, :2], k[:, :2], v[:, :2], additive, kernel=kernel)
         lines.append(f"{kernel} additive-mask max rel error vs float64: "
                      f"{((got.double() - ref).abs().max() / ref.abs().max()).item():.2e}")
+
 
     table = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, B={B} H={H} N={N} d={d} bf16, "
              f"key lengths {lens.tolist()} (visible pairs {vis_flops / full_flops:.3f} of all)",

@@ -96,8 +96,24 @@ def test_lists_hold_every_nonempty_block_once(classes, first):
         assert entries[0] == 0, "a row with nothing to see lists block 0, empty"
 
 
-def fake_cuda(shape, dtype=torch.bfloat16):
-    return torch.empty(shape, dtype=dtype, device="meta")
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_backward_lists_are_the_transposed_tiles(data):
+    B, H = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+    Nq, Nk = data.draw(st.integers(1, 300)), data.draw(st.integers(1, 300))
+    mask = random_mask(data.draw, B, H, Nq, Nk)
+    mask_tiles._cache.clear()
+    tiles = mask_tiles.prepare(mask, (B, H, Nq, Nk), "mma", 128, backward=True)
+    bq, bk = tiles.block_q, tiles.block_k
+    want = brute_classes(mask.expand(B, H, Nq, Nk).contiguous(), bq, bk).transpose(2, 3)   # key blocks as rows
+    lists = tiles.lists.expand(want.shape[0], want.shape[1], *tiles.lists.shape[2:])
+    for b in range(want.shape[0]):
+        for h in range(want.shape[1]):
+            for kb in range(want.shape[2]):
+                row = lists[b, h, kb].tolist()
+                got = sorted((e >> 2, e & 3) for e in row[1:1 + row[0]])
+                assert got == [(qb, c) for qb, c in enumerate(want[b, h, kb].tolist()) if c != 0]
+    assert tiles.mask_strides == mask.expand(B, H, Nq, Nk).stride()   # read in place: bool and float32 kept
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
@@ -206,6 +222,19 @@ def test_fully_masked_rows_are_torchs_answer(kernel, d):
     got = sy.attention.scaled_dot_product_attention(q, k, v, mask, kernel=kernel)
     assert torch.equal(got[:, :, 5] == 0, want[:, :, 5] == 0) and bool((got[:, :, 64:128] == 0).all())
     assert relative_error(got, want) <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel, d", MASK_KERNELS)
+def test_masked_backward_runs_on_the_mma_backward(kernel, d, monkeypatch):
+    skip_unless_runnable(kernel)
+    q, k, v = make_inputs(2, 2, 2, 300, 260, d, torch.bfloat16, "bhnd", 5)
+    mask = torch.rand(2, 1, 300, 260, device="cuda") < 0.7
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the torch-math backward ran")
+    monkeypatch.setattr(cuda, "_math_backward", refuse)
+    check_mask_call(kernel, q, k, v, mask)
 
 
 @pytest.mark.gpu

@@ -47,7 +47,7 @@ KERNELS = ("naive", "tiled", "mma", "hopper")
 TILED_HEAD_DIMS = (16, 32, 64, 128)
 MMA_HEAD_DIMS = (64, 128)
 HOPPER_HEAD_DIMS = (64, 128, 256)
-BWD_HEAD_DIMS = (64, 128)   # attention_{mma_bwd,bwd}.cu; other head dims and attn_mask: _math_backward
+BWD_HEAD_DIMS = (64, 128)   # attention_{mma_bwd,bwd}.cu; other head dims (and some masks): _math_backward
 # The tensor-core backward's separate dQ pass (the deterministic mode: no atomics, S and dP computed
 # twice) measured 7-17 % faster than the atomic dq_accum at N = 1024 and 0-5 % slower at N = 4096
 # (H100, bf16, docs/attention-gpu.md): key sequences up to this length take it whatever
@@ -442,13 +442,17 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
                 kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW):
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
-    math) for float32; _math_backward for attn_mask and other head dims, and for a band (causal_offset,
-    window: as _launch) in float32."""
+    math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the mma
+    backward after either forward (mask_tiles.py); _math_backward for other masks and head dims, and for a
+    band (causal_offset, window: as _launch) in float32."""
     torch = _torch()
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     band = has_band(causal_offset, window)
-    if attn_mask is not None or d not in BWD_HEAD_DIMS or (band and q.dtype == torch.float32):
+    # attn_mask: tile by tile on the mma backward (mask_tiles.py; atomic dQ), else the math backward.
+    mask_tiles = attn_mask is not None and q.dtype in (torch.float16, torch.bfloat16) and tile_shape("mma", d, True) \
+        and not band and not deterministic and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE)
+    if (attn_mask is not None and not mask_tiles) or d not in BWD_HEAD_DIMS or (band and q.dtype == torch.float32):
         return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale, causal_offset=causal_offset,
                               window=window)
     q, scale, dq_sign = _kernel_q_and_scale(q, scale)
@@ -462,10 +466,10 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     f32 = dict(dtype=torch.float32, device=q.device)
     # Workspaces (attention_api.h says which family needs which). Released on return while the
     # kernels may still run: safe on one stream (see _launch).
-    hopper = tensor_cores and kernel == "hopper" and not deterministic
+    hopper = tensor_cores and kernel == "hopper" and not deterministic and attn_mask is None
     if tensor_cores:
         # The hopper backward has no separate dQ pass: it accumulates dQ by atomics at every length.
-        deterministic = deterministic or (not hopper and Nk <= SEPARATE_DQ_MAX_KEYS)
+        deterministic = deterministic or (not hopper and attn_mask is None and Nk <= SEPARATE_DQ_MAX_KEYS)
         rows = -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
         dq_accum = None if deterministic else torch.empty((B, Hq, Nq, d), **f32)
@@ -486,6 +490,9 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
     p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
     _set_band(p, causal_offset, window)
+    if attn_mask is not None:
+        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "mma", d, backward=True)
+        _fill_mask_params(p, ffi, mask)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
     with torch.cuda.device(q.device):
@@ -617,8 +624,9 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     mma backward only above SEPARATE_DQ_MAX_KEYS keys), so two runs may differ in the last bits.
     deterministic=True computes dQ in a separate pass without atomics on the mma backward (bit-identical
     runs; within 5 % of its atomic time, 0.6-1.0x the hopper backward's speed); None (the default) follows
-    torch.use_deterministic_algorithms. attn_mask calls and head dims other than 64 and 128 take a
-    torch-math backward (same algorithm, materialises P).
+    torch.use_deterministic_algorithms. A masked call's backward runs tile by tile on the mma backward
+    (fp16/bf16, d 64/128, atomic dQ); deterministic masked calls, other masks and head dims other than 64
+    and 128 take a torch-math backward (same algorithm, materialises P).
 
     The band (band.py), keyword-only, ours: window=(left, right) is sliding-window attention as
     flash-attn's window_size (-1: unbounded side; with is_causal the right side is 0), and

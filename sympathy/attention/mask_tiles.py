@@ -18,9 +18,10 @@ unbroadcast elements: the kernels read float32 and bool). Classification is torc
 
 The lists of a mask are cached (a few entries, keyed by the tensor's storage, version, shape, strides):
 the layers of a transformers model pass the same padding mask, and its pre-pass then runs once per
-forward. Kernels (cuda.py picks): `mma` d 64/128 (64 x 64 tiles), `hopper` d 128 (128 x 128 tiles;
-its d = 64 consumers spilled around the mask's loads, so d = 64 masks run on `mma`). The backward with a
-mask is the torch-math backward (math_backward.py) for now.
+forward. Kernels (cuda.py picks): forward `mma` d 64/128 (64 x 64 tiles), `hopper` d 128 (128 x 128 tiles;
+its d = 64 consumers spilled around the mask's loads, so d = 64 masks run on `mma`); the backward on the
+mma backward (key-major lists of 64-query tiles per 128 keys, atomic dQ) after either forward: the hopper
+backward's 240-register consumers spilled 8-16 bytes with the mask's loads.
 """
 from __future__ import annotations
 
@@ -29,15 +30,17 @@ from dataclasses import dataclass
 
 GRAIN = 64
 EMPTY, FULL, PARTIAL, ABSENT = 0, 1, 2, 3
-# (kernel, head dim) -> the forward's (query rows, keys) per tile: attention_mma.cu's MmaTraitsD*Mask and
-# attention_hopper.cu's HopperTraitsD128. The launchers refuse lists built for another shape.
+# (kernel, head dim) -> (query rows, keys) per tile: attention_mma.cu's MmaTraitsD*Mask, attention_hopper.cu's
+# HopperTraitsD128, and the mma backward's dkdv tile (kernel_traits.cuh MmaBwdDkdvTraitsD*: 128 keys per
+# block, query tiles of 64), whose lists are key-major. The launchers refuse lists built for another shape.
 FWD_TILES = {("mma", 64): (64, 64), ("mma", 128): (64, 64), ("hopper", 128): (128, 128)}
+BWD_TILES = {("mma", 64): (64, 128), ("mma", 128): (64, 128)}
 MASK_KINDS = {"float32": 0, "bool": 1}   # attention_mask.cuh MaskKind
 # A float mask reaches the kernels as mask / scale (they scale raw scores later): below this |scale| the
 # quotient could overflow, and such calls stay on `naive`.
 MIN_FLOAT_MASK_SCALE = 2.0 ** -100
 _CACHE_ENTRIES = 2   # each entry keeps its mask alive (so no other tensor can take its storage and key)
-_cache: "OrderedDict[tuple, MaskTiles]" = OrderedDict()
+_cache: "OrderedDict[tuple, dict]" = OrderedDict()   # key -> the mask's table and its lists per kernel
 
 
 @dataclass
@@ -52,8 +55,8 @@ class MaskTiles:
     source: object = None   # the attn_mask given (cached entries hold it: its data_ptr stays its own)
 
 
-def tile_shape(kernel: str, head_dim: int):
-    return FWD_TILES.get((kernel, head_dim))
+def tile_shape(kernel: str, head_dim: int, backward: bool = False):
+    return (BWD_TILES if backward else FWD_TILES).get((kernel, head_dim))
 
 
 def _grain(x, dim: int, fill: bool, reduce_all: bool):
@@ -144,48 +147,55 @@ def tile_lists(cls, first_not_partial: bool):
     return torch.cat([count.unsqueeze(-1), entries], dim=-1).to(torch.int32).contiguous()
 
 
-def _cache_key(attn_mask, shape, kernel: str, head_dim: int):
+def _cache_key(attn_mask, shape):
     try:
         version = attn_mask._version
     except RuntimeError:   # an inference tensor tracks no version: not cached
         return None
     return (attn_mask.data_ptr(), version, tuple(attn_mask.shape), attn_mask.stride(), attn_mask.dtype,
-            str(attn_mask.device), tuple(shape), kernel, head_dim)
+            str(attn_mask.device), tuple(shape))
 
 
-def prepare(attn_mask, shape, kernel: str, head_dim: int) -> MaskTiles:
+def prepare(attn_mask, shape, kernel: str, head_dim: int, backward: bool = False) -> MaskTiles:
     """The kernel's view of attn_mask (checked by cuda._check_inputs: bool or float, broadcastable to
-    shape = (B, Hq, Nq, Nk)) for the forward of `kernel` at head_dim."""
+    shape = (B, Hq, Nq, Nk)) for `kernel` at head_dim: the forward's query-major lists, or (backward) the
+    key-major lists of the mma backward. The mask is classified once per cache entry; the forward's and the
+    backward's lists both come from that table."""
     import torch
 
-    key = _cache_key(attn_mask, shape, kernel, head_dim)
-    if key is not None and key in _cache:
+    key = _cache_key(attn_mask, shape)
+    entry = _cache.get(key) if key is not None else None
+    if entry is None:
+        mask = attn_mask
+        if mask.dtype != torch.bool and mask.dtype != torch.float32:
+            mask = mask.to(torch.float32)
+        view = mask.expand(*shape)
+        entry = {"source": attn_mask, "mask": mask, "strides": tuple(view.stride()), "cls": classify(view)}
+        if key is not None:
+            _cache[key] = entry
+            while len(_cache) > _CACHE_ENTRIES:
+                _cache.popitem(last=False)
+    else:
         _cache.move_to_end(key)
-        return _cache[key]
-    block_q, block_k = FWD_TILES[(kernel, head_dim)]
-    mask = attn_mask
-    if mask.dtype != torch.bool and mask.dtype != torch.float32:
-        mask = mask.to(torch.float32)
-    view = mask.expand(*shape)
-    cls = coarsen(classify(view), block_q // GRAIN, block_k // GRAIN)
-    lists = tile_lists(cls, first_not_partial=kernel == "hopper")
-    list_strides = tuple(0 if lists.shape[i] == 1 else lists.stride(i) for i in range(3))
-    if lists.numel() >= 2 ** 31:
-        raise ValueError(f"attn_mask's tile lists would hold {lists.numel()} entries (int32 offsets): "
-                         "too many (batch, head) mask planes at this length")
-    tiles = MaskTiles(mask=mask, kind=MASK_KINDS["bool" if mask.dtype == torch.bool else "float32"],
-                      mask_strides=tuple(view.stride()), lists=lists, list_strides=list_strides,
-                      block_q=block_q, block_k=block_k, source=attn_mask)
-    if key is not None:
-        _cache[key] = tiles
-        while len(_cache) > _CACHE_ENTRIES:
-            _cache.popitem(last=False)
-    return tiles
+    lists_key = (kernel, head_dim, backward)
+    if lists_key not in entry:
+        block_q, block_k = (BWD_TILES if backward else FWD_TILES)[(kernel, head_dim)]
+        cls = coarsen(entry["cls"], block_q // GRAIN, block_k // GRAIN)
+        lists = tile_lists(cls.transpose(2, 3) if backward else cls, first_not_partial=kernel == "hopper")
+        if lists.numel() >= 2 ** 31:
+            raise ValueError(f"attn_mask's tile lists would hold {lists.numel()} entries (int32 offsets): "
+                             "too many (batch, head) mask planes at this length")
+        list_strides = tuple(0 if lists.shape[i] == 1 else lists.stride(i) for i in range(3))
+        mask = entry["mask"]
+        entry[lists_key] = MaskTiles(mask=mask, kind=MASK_KINDS["bool" if mask.dtype == torch.bool else "float32"],
+                                     mask_strides=entry["strides"], lists=lists, list_strides=list_strides,
+                                     block_q=block_q, block_k=block_k, source=attn_mask)
+    return entry[lists_key]
 
 
 def fill_params(p, ffi, tiles: MaskTiles) -> None:
-    """The mask fields of a sy_attn_params (attention_api.h)."""
-    p.mask = ffi.cast("float *", tiles.mask.data_ptr())
+    """The mask fields of a sy_attn_params or sy_attn_bwd_params (attention_api.h)."""
+    p.mask = ffi.cast(ffi.typeof(p.mask), tiles.mask.data_ptr())   # float * (forward), void * (backward)
     p.mask_strides[0:4] = list(tiles.mask_strides)
     p.mask_kind = tiles.kind
     p.mask_lists = ffi.cast("int *", tiles.lists.data_ptr())
