@@ -130,6 +130,17 @@ def test_bad_mask_calls_raise_before_any_device_is_touched(kwargs, error, words)
                            kwargs.get("kernel", "auto"), "window" in kwargs)
 
 
+def test_a_mask_that_wants_a_gradient_is_refused_and_patch_leaves_it_to_torch():
+    q = torch.randn(1, 2, 8, 64).bfloat16()
+    bias = torch.zeros(8, 8, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="requires grad"):
+        cuda._check_inputs(q, q, q, bias, False, None, False, "auto")
+    assert decide(q, q, q, bias, mask_kernel=False).run is None
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="CUDA device"):   # the mask is a constant here: only the device is wrong
+            cuda._check_inputs(q, q, q, bias, False, None, False, "auto")
+
+
 def test_mask_with_is_causal_is_refused():
     # torch's CUDA backends refuse the pair ("attn_mask should not be set when is_causal=True"); 2.13's CPU
     # math backend runs it. The CUDA entry keeps the refusal (a ValueError, before any launch).

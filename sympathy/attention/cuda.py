@@ -324,6 +324,9 @@ def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band
                              f"(B, H, Nq, Nk) = {(B, Hq, Nq, k.shape[2])}") from None
         if is_causal:
             raise ValueError("pass attn_mask or is_causal=True, not both (as torch's SDPA)")
+        if attn_mask.requires_grad and torch.is_grad_enabled():
+            raise NotImplementedError("attn_mask requires grad: the kernels give no gradient for the mask (torch's "
+                                      "SDPA does); pass attn_mask.detach() if it is a constant")
     requested = kernel
     kernel = _resolve_kernel(q, attn_mask, kernel, band)
     if attn_mask is not None and kernel in ("mma", "hopper") and attn_mask.dtype != torch.bool \
