@@ -158,7 +158,9 @@ def test_a_general_mask_on_the_cpu_is_still_refused_by_decide():
 
 
 # ---- GPU: the kernels against float64 with the same mask ----------------------------------------------------
-def check_mask_call(kernel, q, k, v, mask, grads=True):
+def check_mask_call(kernel, q, k, v, mask, grads=True, monkeypatch=None):
+    """Forward into NaN-poisoned buffers and gradients against float64 with the same mask; with monkeypatch,
+    our backward must not fall back to the torch-math one (the reference below uses that formula itself)."""
     B, Hq, Nq, d = q.shape
     dense = mask.expand(B, Hq, Nq, k.shape[2])
     ref_out, ref_lse = reference(q, k, v, attn_mask=dense)
@@ -174,7 +176,14 @@ def check_mask_call(kernel, q, k, v, mask, grads=True):
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     out = cuda.scaled_dot_product_attention(*leaves, mask, enable_gqa=True, kernel=kernel)
     dout = torch.randn_like(out)
-    out.backward(dout)
+    if monkeypatch is None:
+        out.backward(dout)
+    else:
+        def refuse(*args, **kwargs):
+            raise AssertionError("the torch-math backward ran")
+        with monkeypatch.context() as patched:
+            patched.setattr(cuda, "_math_backward", refuse)
+            out.backward(dout)
     want = reference_grads(q, k, v, dout, out=out.detach(), attn_mask=dense)
     for name, leaf, ref in zip("qkv", leaves, want):
         assert torch.isfinite(leaf.grad).all()
@@ -241,11 +250,7 @@ def test_masked_backward_runs_on_the_mma_backward(kernel, d, monkeypatch):
     skip_unless_runnable(kernel)
     q, k, v = make_inputs(2, 2, 2, 300, 260, d, torch.bfloat16, "bhnd", 5)
     mask = torch.rand(2, 1, 300, 260, device="cuda") < 0.7
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the torch-math backward ran")
-    monkeypatch.setattr(cuda, "_math_backward", refuse)
-    check_mask_call(kernel, q, k, v, mask)
+    check_mask_call(kernel, q, k, v, mask, monkeypatch=monkeypatch)
 
 
 @pytest.mark.gpu
