@@ -26,7 +26,8 @@ typedef struct sy_attn_params {
     const void *q, *k, *v;          /* device pointers, element type `dtype` */
     void *o;                        /* output, element type `dtype` */
     float *lse;                     /* (B, Hq, Nq) natural-log log-sum-exp of each scaled score row */
-    const float *mask;              /* additive float mask (B, Hq, Nq, Nk) by strides, or NULL (naive only) */
+    const float *mask;              /* naive: additive float32 mask (B, Hq, Nq, Nk) by strides, or NULL; mma and
+                                       hopper: any mask_kind, with mask_lists (below) */
     float *workspace;               /* naive only: B*Hq*Nq*Nk floats for S, then P */
     int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];   /* batch, head, row */
     int64_t mask_strides[4];        /* batch, head, row, col; 0 broadcasts */
@@ -53,6 +54,17 @@ typedef struct sy_attn_params {
        len_k - len_q (flash-attn's alignment). */
     const int *cu_seqlens_q, *cu_seqlens_k;
     int max_seqlen_q;
+    /* attn_mask tile by tile (mma and hopper, forward and backward: attention_mask.cuh), or mask_lists
+       NULL. mask: the element mask by mask_strides (batch, head, row, col; 0 broadcasts), of type
+       mask_kind: 0 float32 (additive; naive's only kind), 1 bool (one byte, nonzero takes part).
+       mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
+       ...] by mask_list_strides (0 broadcasts); row blocks are query blocks of mask_block_q rows in the
+       forward (entries: key blocks of mask_block_k) and key blocks in the backward (entries: query
+       blocks); a kernel refuses tiles of another shape. Not with a band, varlen or (mma) deterministic. */
+    int mask_kind;
+    const int *mask_lists;
+    int64_t mask_list_strides[3];
+    int mask_block_q, mask_block_k;
 } sy_attn_params;
 
 int sy_attn_naive_fwd(const sy_attn_params *params, void *stream);
@@ -74,8 +86,8 @@ const char *sy_attn_error_string(int status);
             (B, Hq, Nq, d) unless deterministic; dk_accum and dv_accum (B, Hq, Nk, d) only when
             Hq != Hkv (otherwise NULL: dK and dV go straight to dk and dv).
    deterministic: dQ by a separate query-block pass (no atomics), so two runs give identical bits.
-   Head dims 64 and 128; no mask. mma also needs q, k, v, dout rows 16-byte aligned and dq, dk, dv
-   rows 4-byte aligned. */
+   Head dims 64 and 128; a mask tile by tile (mma, hopper: the fields below). mma also needs q, k, v,
+   dout rows 16-byte aligned and dq, dk, dv rows 4-byte aligned. */
 enum { SY_ATTN_BWD_ROW_ALIGN = 128 };
 
 typedef struct sy_attn_bwd_params {
@@ -98,6 +110,19 @@ typedef struct sy_attn_bwd_params {
        up to SY_ATTN_BWD_ROW_ALIGN), dq_accum (Hq, total_q, d), dk_accum and dv_accum (Hq, total_k, d). */
     const int *cu_seqlens_q, *cu_seqlens_k;
     int max_seqlen_q, max_seqlen_k;
+    const void *mask;                           /* attn_mask, as in sy_attn_params (backward lists) */
+    int64_t mask_strides[4];
+    /* attn_mask tile by tile (mma and hopper, forward and backward: attention_mask.cuh), or mask_lists
+       NULL. mask: the element mask by mask_strides (batch, head, row, col; 0 broadcasts), of type
+       mask_kind: 0 float32 (additive; naive's only kind), 1 bool (one byte, nonzero takes part).
+       mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
+       ...] by mask_list_strides (0 broadcasts); row blocks are query blocks of mask_block_q rows in the
+       forward (entries: key blocks of mask_block_k) and key blocks in the backward (entries: query
+       blocks); a kernel refuses tiles of another shape. Not with a band, varlen or (mma) deterministic. */
+    int mask_kind;
+    const int *mask_lists;
+    int64_t mask_list_strides[3];
+    int mask_block_q, mask_block_k;
 } sy_attn_bwd_params;
 
 int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);

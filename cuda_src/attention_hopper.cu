@@ -19,6 +19,7 @@
 // it answers SY_EUNSUPPORTED unless the device is sm_90 and the loaded kernel was built for it.
 #include "attention_band.cuh"       // the causal / sliding-window band: Band, band_blocks
 #include "attention_common.cuh"
+#include "attention_mask.cuh"       // kBandMask: attn_mask tile by tile
 #include "hopper_primitives.cuh"   // PTX wrappers, tensor maps, SY_HOPPER_DEVICE_CODE
 #include "hopper_traits.cuh"
 #include "mma_primitives.cuh"      // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
@@ -113,6 +114,7 @@ struct TileWork {
     int m0, h, b;
     int first_block, n_blocks, unmasked_begin, unmasked_end;
     int kv0, q_buf;
+    int list;   // kBandMask: the tile's mask list at p.mask_lists + list (blocks j are its entries; first_block 0)
 };
 
 // Varlen: sequence b's query and key lengths and its band (from its bottom right); otherwise the launch's.
@@ -133,13 +135,22 @@ __device__ __forceinline__ TileWork tile_work(const TileScheduler &sched, int t,
     constexpr int kBand = kMode & 3;
     const TileScheduler::Tile tile = sched.tile(t, kBand != kBandNone);
     TileWork w;
+    w.list = 0;
     w.m0 = tile.m_block * Tr::kBlockM;
     w.h = tile.h;
     w.b = tile.b;
     int len_q, len_k;
     sequence<kMode>(p, w.b, len_q, len_k, band);
     const int last_row = min(w.m0 + Tr::kBlockM, len_q) - 1;
-    const BlockRange r = band_blocks_in<kBand>(w.m0, last_row, len_k, Tr::kBlockN, band);
+    const BlockRange r = kBand == kBandMask ? BlockRange{0, 0, 0, 0} : band_blocks_in<kBand>(w.m0, last_row, len_k, Tr::kBlockN, band);
+    if constexpr (kBand == kBandMask) {   // the list's entries (attention_mask.cuh); none: entry 0, block 0 empty
+        w.list = static_cast<int>(mask_list_offset(p, w.b, w.h, tile.m_block));
+        w.first_block = w.unmasked_begin = w.unmasked_end = 0;
+        w.n_blocks = max(__ldg(p.mask_lists + w.list), 1);
+        w.kv0 = kv0;
+        w.q_buf = tile_iter % Tr::kQBuffers;
+        return w;
+    }
     w.first_block = r.begin;
     w.n_blocks = max(r.end - r.begin, 1);
     w.unmasked_begin = r.unmasked_begin - r.begin;
@@ -161,6 +172,7 @@ __device__ __forceinline__ TileWork uniform(TileWork w) {
     w.unmasked_end = __shfl_sync(0xffffffffu, w.unmasked_end, 0);
     w.kv0 = __shfl_sync(0xffffffffu, w.kv0, 0);
     w.q_buf = __shfl_sync(0xffffffffu, w.q_buf, 0);
+    w.list = __shfl_sync(0xffffffffu, w.list, 0);
     return w;
 }
 
@@ -168,11 +180,11 @@ __device__ __forceinline__ TileWork uniform(TileWork w) {
 // Q of tile w into its buffer, then its K/V blocks through the ring. kv_iter counts K/V blocks over
 // all tiles of this block: it names the ring stage and its lap.
 // q_row0, k_row0, batch: where the tile's sequence starts in the tensor maps (varlen: its first packed
-// row, batch 0; otherwise row 0 of batch w.b).
+// row, batch 0; otherwise row 0 of batch w.b). entries: kBandMask's list (block j is entry j), or null.
 template <class Tr>
 __device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
                                              const CUtensorMap *tm_v, const TileWork &w, int h_kv, int &kv_iter,
-                                             int q_row0, int k_row0, int batch) {
+                                             int q_row0, int k_row0, int batch, const int *entries = nullptr) {
     Barriers<Tr> &bar = *sm.bars;
     unsigned char *q = sm.q + w.q_buf * Tr::kQBytes;
     mbar_arrive_expect_tx(smem_addr(&bar.q_full[w.q_buf]), Tr::kQBytes);
@@ -185,7 +197,7 @@ __device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CU
         // A fresh barrier counts as having completed the phase before its first, so the first lap
         // waits on parity 1 and passes at once; lap L waits for the consumers' release of lap L-1.
         const uint32_t empty_parity = ((kv_iter / Tr::kStages) & 1) ^ 1;
-        const int row = k_row0 + (w.first_block + j) * Tr::kBlockN;
+        const int row = k_row0 + (entries ? MaskWalk::block(__ldg(entries + j)) : w.first_block + j) * Tr::kBlockN;
         mbar_wait(smem_addr(&bar.k_empty[stage]), empty_parity);
         mbar_arrive_expect_tx(smem_addr(&bar.k_full[stage]), Tr::kKVBytes);
 #pragma unroll
@@ -334,6 +346,10 @@ struct Consumer {
     // its diagonal; local: also left of its window), become -inf. A row keeps keys below one bound (and,
     // local, from another), so one compare per score (two).
     __device__ __forceinline__ void mask(const TileWork &x, int j, const sy_attn_params &p, Band band) {
+        if constexpr (kBand == kBandMask) {   // j: the list entry (first_block is 0)
+            mask_entry<true>(x, j, p);
+            return;
+        }
         int len_q, seqlen_k;
         sequence<kMode>(p, x.b, len_q, seqlen_k, band);   // varlen: reads the offsets (edge blocks only)
         const int col0 = j * Tr::kBlockN + thread_col;
@@ -348,6 +364,32 @@ struct Consumer {
                 for (int c = 0; c < 2; ++c)
                     if (nt * 8 + c >= limit || (kBand == kBandLocal && nt * 8 + c < start)) rS[0][nt][2 * half + c] = -INFINITY;
         }
+    }
+
+    // kBandMask: entry j of tile x's list applied to S (attention_mask.cuh). kRead: a partial tile reads the
+    // mask; without it only the edges and an empty tile are masked, with no load. A tile's first block
+    // (fold_first) is never partial (mask_tiles.py puts a full or an empty block first): there the previous
+    // tile's O, its last P V in flight and the saved softmax are all live, and the loads spilled 500 bytes.
+    template <bool kRead>
+    __device__ __forceinline__ void mask_entry(const TileWork &x, int j, const sy_attn_params &p) {
+        const int e = __ldg(p.mask_lists + x.list + 1 + j);
+        const int col0 = MaskWalk::block(e) * Tr::kBlockN + thread_col, row = row0 + thread_row;
+        const MaskTile t = mask_tile(p, x.b, x.h, e);
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    float &s = rS[0][nt][2 * half + c];
+                    s = kRead ? t.score(s, row + half * 8, col0 + nt * 8 + c) : t.edge(s, row + half * 8, col0 + nt * 8 + c);
+                }
+    }
+
+    // kBandMask: entry j of tile x's list needs the mask (not a full block, or one holding the ragged end).
+    static __device__ __forceinline__ bool mask_needed(const TileWork &x, int j, const sy_attn_params &p) {
+        const int e = __ldg(p.mask_lists + x.list + 1 + j);
+        return MaskWalk::cls(e) != kTileFull || (MaskWalk::block(e) + 1) * Tr::kBlockN > p.seqlen_k;
     }
 
     // S_j's scores into the running softmax; alpha (and whether any row of the warp needs it) waits
@@ -378,7 +420,11 @@ struct Consumer {
         release(&sm.bars->k_empty[stage_of(x.kv0)]);
         row0 = x.m0 + wg * Tr::kRowsPerWG;
         softmax = OnlineSoftmaxFragment<1>();
-        if ((kBand == kBandLocal && x.unmasked_begin > 0) || x.unmasked_end == 0) mask(x, x.first_block, p, band);
+        if constexpr (kBand == kBandMask) {
+            if (mask_needed(x, 0, p)) mask_entry<false>(x, 0, p);
+        } else if ((kBand == kBandLocal && x.unmasked_begin > 0) || x.unmasked_end == 0) {
+            mask(x, x.first_block, p, band);
+        }
         fold();
         rescale_pending = false;   // O has no values yet: the first P V overwrites it
     }
@@ -416,6 +462,7 @@ struct Consumer {
         wgmma_wait<1>();   // S_j is done (P V may still run)
         fence_regs(flat_s());
         release(&sm.bars->k_empty[stage_of(c.kv0 + j)]);
+        if constexpr (kMask && kBand == kBandMask) wgmma_wait<0>();   // rP free for the mask's loads (no spill)
         if (kMask) mask(c, c.first_block + j, p, band);
         fold();
         pin_softmax();
@@ -429,6 +476,13 @@ struct Consumer {
     // edges need it).
     __device__ void steps(const TileWork &c, const sy_attn_params &p, Band band) {
         int j = 1;
+        // The list: runs of full blocks unmasked, of partial, empty or ragged ones masked; each run its own
+        // loop, as the band's (a branch between the two steps inside one loop body spilled kilobytes).
+        if constexpr (kBand == kBandMask)
+            while (j < c.n_blocks) {
+                for (; j < c.n_blocks && !mask_needed(c, j, p); ++j) step<false>(c, j, p, band);
+                for (; j < c.n_blocks && mask_needed(c, j, p); ++j) step<true>(c, j, p, band);
+            }
         if constexpr (kBand == kBandLocal)
             for (; j < c.unmasked_begin; ++j) step<true>(c, j, p, band);
         for (; j < c.unmasked_end; ++j) step<false>(c, j, p, band);
@@ -557,6 +611,8 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 if constexpr ((kMode & kVarlenFlag) != 0)
                     produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, __ldg(p.cu_seqlens_q + w.b),
                                      __ldg(p.cu_seqlens_k + w.b), 0);
+                else if constexpr ((kMode & 3) == kBandMask)
+                    produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, 0, 0, w.b, p.mask_lists + w.list + 1);
                 else
                     produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, 0, 0, w.b);
                 t = sched.next(p.tile_counter);
@@ -643,6 +699,15 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
 
 template <class Tr, typename T, int kVarlen>
 int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
+    // attn_mask tile by tile: d = 128, not varlen. At d = 64 the three consumers' 160 registers spilled
+    // 68 bytes around the mask's loads: the Python layer runs d = 64 masks on `mma` (0 spills).
+    if constexpr (kVarlen == 0 && Tr::kHeadDim == 128) {
+        if (p.mask_lists) {
+            if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
+            return launch<Tr, T, kBandMask>(p, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
+        }
+    }
+    if (p.mask_lists) return kUnsupported;
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode, kVarlen != 0);
@@ -673,7 +738,8 @@ extern "C" int sy_attn_hopper_fwd(const sy_attn_params *params, void *stream) {
     if (status != kOk) return status;
     const sy_attn_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return kUnsupported;
-    if (p.dtype == SY_ATTN_F32 || p.mask != nullptr) return kUnsupported;
+    if (p.dtype == SY_ATTN_F32 || (p.mask != nullptr && !p.mask_lists)) return kUnsupported;
+    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     // Misaligned views: the Python layer copies them first; a direct C caller gets SY_EUNSUPPORTED.

@@ -9,6 +9,7 @@
 // Grid: (query blocks, query heads, batch). Block: kNWarps warps, each owning kMAtoms x 16 rows.
 #include "attention_band.cuh"
 #include "attention_common.cuh"
+#include "attention_mask.cuh"   // kBandMask: attn_mask tile by tile
 #include "kernel_traits.cuh"
 #include "mma_primitives.cuh"
 #include "softmax.cuh"
@@ -43,8 +44,13 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
     // [r.unmasked_begin, r.unmasked_end) need no mask at all: every key exists and every row sees it.
     // No block at all (no row sees a key): acc and l_i stay 0, rows give 0 and an LSE of -inf.
     const int last_row = min(m0 + Tr::kBlockM, p.seqlen_q) - 1;
-    const BlockRange r = band_blocks_in<kMode>(m0, last_row, p.seqlen_k, Tr::kBlockN, band);
+    // kBandMask: j counts the entries of this query block's list (attention_mask.cuh), key_row0(j) is
+    // the key block it names; otherwise j is the key block itself.
+    const MaskWalk walk = kMode == kBandMask ? mask_walk(p, b, h, m_block) : MaskWalk{nullptr, 0};
+    const BlockRange r = kMode == kBandMask ? BlockRange{0, walk.count, 0, 0}
+                                            : band_blocks_in<kMode>(m0, last_row, p.seqlen_k, Tr::kBlockN, band);
     const int n_total = r.end;
+    auto key_row0 = [&](int j) { return (kMode == kBandMask ? MaskWalk::block(walk.entry(j)) : j) * Tr::kBlockN; };
 
     // ---- prologue: Q, then the first kStages - 1 K/V tiles, each its own cp.async group
     load_tile_async<Tr, Tr::kBlockM>(smem_addr(sQ), gQ, p.q_strides[2], m0, p.seqlen_q);
@@ -54,8 +60,8 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
     for (int s = 0; s < Tr::kStages - 1; ++s) {
         const int j = r.begin + s, stage = j % Tr::kStages;
         if (j < n_total) {
-            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK + stage * Tr::kSmemKV), gK, p.k_strides[2], j * Tr::kBlockN, p.seqlen_k);
-            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sV + stage * Tr::kSmemKV), gV, p.v_strides[2], j * Tr::kBlockN, p.seqlen_k);
+            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK + stage * Tr::kSmemKV), gK, p.k_strides[2], key_row0(j), p.seqlen_k);
+            load_tile_async<Tr, Tr::kBlockN>(smem_addr(sV + stage * Tr::kSmemKV), gV, p.v_strides[2], key_row0(j), p.seqlen_k);
         }
         cp_async_commit();   // empty groups keep the group count per tile uniform
     }
@@ -103,8 +109,8 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
             const int jn = j + Tr::kStages - 1;
             const int stage = jn % Tr::kStages;
             if (jn < n_total) {
-                load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK + stage * Tr::kSmemKV), gK, p.k_strides[2], jn * Tr::kBlockN, p.seqlen_k);
-                load_tile_async<Tr, Tr::kBlockN>(smem_addr(sV + stage * Tr::kSmemKV), gV, p.v_strides[2], jn * Tr::kBlockN, p.seqlen_k);
+                load_tile_async<Tr, Tr::kBlockN>(smem_addr(sK + stage * Tr::kSmemKV), gK, p.k_strides[2], key_row0(jn), p.seqlen_k);
+                load_tile_async<Tr, Tr::kBlockN>(smem_addr(sV + stage * Tr::kSmemKV), gV, p.v_strides[2], key_row0(jn), p.seqlen_k);
             }
             cp_async_commit();
         }
@@ -143,7 +149,21 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
             }
         }
 
-        if constexpr (kMask) {
+        if constexpr (kMask && kMode == kBandMask) {   // attention_mask.cuh: the list entry's tile
+            const int col0 = key_row0(j) + (lane % 4) * 2, row0 = m0 + warp_row0 + lane / 4;
+            const MaskTile t = mask_tile(p, b, h, walk.entry(j));
+#pragma unroll
+            for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+#pragma unroll
+                for (int half = 0; half < 2; ++half)
+#pragma unroll
+                    for (int nt = 0; nt < Tr::kNTilesS; ++nt)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {
+                            float &s = rS[ma][nt][2 * half + c];
+                            s = t.score(s, row0 + ma * 16 + half * 8, col0 + nt * 8 + c);
+                        }
+        } else if constexpr (kMask) {
             // Thread (lane) holds rows lane/4 (+8) and columns 2 (lane%4) (+1) of every n8 tile; a
             // row keeps keys below min(seqlen_k, row + band.hi + 1) (causal) and (local) from
             // row + band.lo, so one bound per row (two) suffices.
@@ -201,6 +221,15 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
     // start) and the ragged last block (N % kBlockN) need it: at N = 4096 causal that is 2 of up to
     // 64 blocks per query block.
     int j = r.begin;
+    if constexpr (kMode == kBandMask) {   // the list: a full block runs unmasked unless it holds the ragged end
+        for (; j < n_total; ++j) {
+            const int e = walk.entry(j);
+            if (MaskWalk::cls(e) == kTileFull && (MaskWalk::block(e) + 1) * Tr::kBlockN <= p.seqlen_k)
+                key_block(j, std::integral_constant<bool, false>{});
+            else
+                key_block(j, std::integral_constant<bool, true>{});
+        }
+    }
     if constexpr (kMode == kBandLocal)
         for (; j < r.unmasked_begin; ++j) key_block(j, std::integral_constant<bool, true>{});
     for (; j < r.unmasked_end; ++j) key_block(j, std::integral_constant<bool, false>{});
@@ -242,8 +271,12 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
 
 // d = 128 takes the 128-row causal tile for any band (MmaTraitsD128Causal: the 256-row tile leaves more
 // of the block idle on the band's edges) and the 256-row tile without one.
-template <class Tr, class TrBand, typename T>
+template <class Tr, class TrBand, class TrMask, typename T>
 int launch_band(const sy_attn_params &p, cudaStream_t stream) {
+    if (p.mask_lists) {   // attn_mask tile by tile (attention_mask.cuh)
+        if (!check_mask(p, TrMask::kBlockM, TrMask::kBlockN)) return kInvalid;
+        return launch<TrMask, T, kBandMask>(p, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
+    }
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
@@ -253,8 +286,8 @@ int launch_band(const sy_attn_params &p, cudaStream_t stream) {
 
 template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
-    if (p.head_dim == 64) return launch_band<MmaTraitsD64, MmaTraitsD64, T>(p, stream);
-    return launch_band<MmaTraitsD128, MmaTraitsD128Causal, T>(p, stream);
+    if (p.head_dim == 64) return launch_band<MmaTraitsD64, MmaTraitsD64, MmaTraitsD64Mask, T>(p, stream);
+    return launch_band<MmaTraitsD128, MmaTraitsD128Causal, MmaTraitsD128Mask, T>(p, stream);
 }
 
 }  // namespace
@@ -266,7 +299,8 @@ extern "C" int sy_attn_mma_fwd(const sy_attn_params *params, void *stream) {
     if (status != kOk) return status;
     const sy_attn_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
-    if (p.dtype == SY_ATTN_F32 || p.mask != nullptr) return kUnsupported;
+    if (p.dtype == SY_ATTN_F32 || (p.mask != nullptr && !p.mask_lists)) return kUnsupported;
+    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!aligned16(p.q, p.q_strides) || !aligned16(p.k, p.k_strides) || !aligned16(p.v, p.v_strides))
         return kInvalid;

@@ -17,6 +17,7 @@
 
 #include "attention_band.cuh"
 #include "attention_bwd_common.cuh"
+#include "attention_mask.cuh"   // kBandMask: attn_mask tile by tile
 #include "kernel_traits.cuh"
 #include "mma_primitives.cuh"
 #include "softmax.cuh"
@@ -111,10 +112,14 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     // Row i sees key j iff j - hi <= i <= j - lo (the band transposed, attention_band.cuh): query tiles
     // outside [m_first, m_total) see none of these keys; tiles in [unmasked_begin, unmasked_end) see
     // them all (causal: every row at or below the block's last key) and need no mask.
-    const BlockRange queries = band_blocks_in<kMode>(n0, min(n0 + Tr::kBlockN, p.seqlen_k) - 1, p.seqlen_q, Tr::kBlockM,
-                                           Band{-band.hi, -band.lo});
+    // kBandMask: the key block's list of query tiles (attention_mask.cuh); m counts its entries and
+    // query_block(m) is the tile an entry names.
+    const MaskWalk walk = kMode == kBandMask ? mask_walk(p, b, h, n_block) : MaskWalk{nullptr, 0};
+    const BlockRange queries = kMode == kBandMask ? BlockRange{0, walk.count, 0, 0}
+        : band_blocks_in<kMode>(n0, min(n0 + Tr::kBlockN, p.seqlen_k) - 1, p.seqlen_q, Tr::kBlockM, Band{-band.hi, -band.lo});
     const int m_first = queries.begin;
     const int m_total = queries.end;
+    auto query_block = [&](int m) { return kMode == kBandMask ? MaskWalk::block(walk.entry(m)) : m; };
     const bool ragged_keys = n0 + Tr::kBlockN > p.seqlen_k;
 
     // One query tile's Q, dO (zero-filled past seqlen_q) and its padded LSE, D rows: one cp.async group.
@@ -138,7 +143,7 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     load_tile_async<Tr, Tr::kBlockN>(smem_addr(sV), head_base(static_cast<const T *>(p.v), p.v_strides, b, h_kv),
                                      p.v_strides[2], n0, p.seqlen_k);
     cp_async_commit();
-    if (m_first < m_total) load_query_tile(m_first, 0);
+    if (m_first < m_total) load_query_tile(query_block(m_first), 0);
 
     // Lane addresses (mma_primitives.cuh): K and V as A operands (this warp's 16 keys), Q and dO as
     // B operands of S^T, dP^T (non-transposed) and of dK, dV (transposed), K of dQ (transposed).
@@ -165,9 +170,10 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
 
     // One query tile: S^T, P^T, dV, dP^T, dS^T, dK over kSlicesM slices of kSliceM queries (the
     // products over the queries add up slice by slice), then dS^T's dQ contribution.
-    auto query_tile = [&](int m_block, int stage, auto mask_tag) {
+    auto query_tile = [&](int m_block, int stage, auto mask_tag, int entry) {
         constexpr bool kMask = decltype(mask_tag)::value;
         const int m0 = m_block * Tr::kBlockM;
+        const MaskTile mask_t = mask_tile(p, b, h, entry);   // kBandMask only
 #pragma unroll 1   // a slice's fragments die before the next slice's: no interleaving across slices
         for (int slice = 0; slice < Tr::kSlicesM; ++slice) {
             const int q0 = slice * Tr::kSliceM;   // first query of the slice within the tile
@@ -188,7 +194,9 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     float s = rS[nt][r];
-                    if constexpr (kMask) {
+                    if constexpr (kMask && kMode == kBandMask) {
+                        s = mask_t.score(s, m0 + q0 + Fragment::col(nt, r % 2, lane), key_row0 + Fragment::row(r, lane));
+                    } else if constexpr (kMask) {
                         const int key = key_row0 + Fragment::row(r, lane);
                         const int ahead = key - (m0 + q0 + Fragment::col(nt, r % 2, lane));   // key - query
                         if (key >= p.seqlen_k || (kMode != kBandNone && ahead > band.hi) ||
@@ -256,10 +264,14 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
         const int stage = (m_block - m_first) % Tr::kStages;
         cp_async_wait<0>();   // this tile (and, first time, K and V) has landed for this thread ...
         __syncthreads();      // ... and for all; the other stage and sdS are free again
-        if (m_block + 1 < m_total) load_query_tile(m_block + 1, (stage + 1) % Tr::kStages);
-        if (ragged_keys || (kMode != kBandNone && (m_block < queries.unmasked_begin || m_block >= queries.unmasked_end)))
-            query_tile(m_block, stage, std::true_type{});
-        else query_tile(m_block, stage, std::false_type{});
+        if (m_block + 1 < m_total) load_query_tile(query_block(m_block + 1), (stage + 1) % Tr::kStages);
+        if constexpr (kMode == kBandMask) {   // a partial tile (or the ragged keys) reads the mask; a full one not
+            const int e = walk.entry(m_block);
+            if (ragged_keys || MaskWalk::cls(e) != kTileFull) query_tile(MaskWalk::block(e), stage, std::true_type{}, e);
+            else query_tile(MaskWalk::block(e), stage, std::false_type{}, e);
+        } else if (ragged_keys || (kMode != kBandNone && (m_block < queries.unmasked_begin || m_block >= queries.unmasked_end)))
+            query_tile(m_block, stage, std::true_type{}, 0);
+        else query_tile(m_block, stage, std::false_type{}, 0);
     }
     cp_async_wait<0>();   // no copy may still target shared memory when the block exits
 
@@ -387,15 +399,16 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
         if ((err = cudaMemsetAsync(p.dq_accum, 0, bytes, stream)) != cudaSuccess) return static_cast<int>(err);
     }
     // Above 48 KiB a block's dynamic shared memory must be opted into, per kernel.
-    auto dkdv = p.deterministic ? dkdv_kernel<Tr, T, kMode, false> : dkdv_kernel<Tr, T, kMode, true>;
+    // kBandMask: atomic dQ only (the deterministic dq pass has no mask mode: the launcher refuses it).
+    auto dkdv = kMode == kBandMask || !p.deterministic ? dkdv_kernel<Tr, T, kMode, true> : dkdv_kernel<Tr, T, kMode == kBandMask ? kBandNone : kMode, false>;
     err = cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kDkdvSmemBytes);
     if (err != cudaSuccess) return static_cast<int>(err);
     dim3 kv_grid(ceil_div(p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
     dkdv<<<kv_grid, Tr::kNThreads, Tr::kDkdvSmemBytes, stream>>>(p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
 
-    if (p.deterministic) {
-        auto dq = dq_kernel<TrDq, T, kMode>;
+    if (kMode != kBandMask && p.deterministic) {
+        auto dq = dq_kernel<TrDq, T, kMode == kBandMask ? kBandNone : kMode>;
         err = cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, TrDq::kDqSmemBytes);
         if (err != cudaSuccess) return static_cast<int>(err);
         dim3 q_grid(ceil_div(p.seqlen_q, TrDq::kBlockM), p.heads_q, p.batch);
@@ -412,6 +425,10 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
 
 template <class Tr, class TrDq, typename T>
 int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
+    if (p.mask_lists) {   // attn_mask tile by tile: key-major lists of (kBlockM-query) tiles per kBlockN keys
+        if (p.deterministic || !check_mask(p, Tr::kBlockM, Tr::kBlockN)) return p.deterministic ? kUnsupported : kInvalid;
+        return launch<Tr, TrDq, T, kBandMask>(p, rows_per_head, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
+    }
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
@@ -449,6 +466,7 @@ extern "C" int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream) {
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || p.cu_seqlens_q || p.cu_seqlens_k) return kUnsupported;   // varlen: hopper only
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
+    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
     if (!p.lse_log2 || (!p.deterministic && !p.dq_accum)) return kInvalid;
     if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;
     if (!rows_aligned(p.q, p.q_strides, 16) || !rows_aligned(p.k, p.k_strides, 16) ||

@@ -116,6 +116,17 @@ using MmaTraitsD128Causal = SY_MMA_TRAITS_D128_CAUSAL;
 #define SY_MMA_TRAITS_D128 MmaTraits<128, 256, 64, 8, 2, false, 1>
 #endif
 using MmaTraitsD128 = SY_MMA_TRAITS_D128;
+// With an attn_mask (attention_mask.cuh): 64 x 64 tiles, one m16 row block per warp, Q in registers (d = 128:
+// acc 64 + S 32 + Q 32). The 128-row tiles spilled with the mask's loads on top (d = 128: 88 bytes,
+// d = 64: 80-104); the mask lists are built at 64 x 64 granularity, so 128 x 32 is not an option.
+#ifndef SY_MMA_TRAITS_D64_MASK
+#define SY_MMA_TRAITS_D64_MASK MmaTraits<64, 64, 64, 4, 2, true, 2>
+#endif
+#ifndef SY_MMA_TRAITS_D128_MASK
+#define SY_MMA_TRAITS_D128_MASK MmaTraits<128, 64, 64, 4, 2, true, 2>
+#endif
+using MmaTraitsD64Mask = SY_MMA_TRAITS_D64_MASK;
+using MmaTraitsD128Mask = SY_MMA_TRAITS_D128_MASK;
 
 // ---- backward (attention_bwd.cu): fp32 math, one thread per (row, 64 columns) ----------------------
 // Shared-memory tile geometry of a head dim. A thread owns kCols = min(d, 64) columns of one row,

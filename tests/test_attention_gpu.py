@@ -66,7 +66,7 @@ def cpu_qkv(B=1, H=2, N=8, d=64, dtype=torch.bfloat16):
     (dict(is_causal=1), TypeError, "is_causal"),
     (dict(scale=float("nan")), ValueError, "scale"),
     (dict(kernel="fast"), ValueError, "kernel must be one of"),
-    (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool), kernel="mma"), NotImplementedError, "naive"),
+    (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool), kernel="tiled"), NotImplementedError, "naive"),
     (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool), is_causal=True), ValueError, "not both"),
     (dict(attn_mask=torch.ones(3, 8, dtype=torch.bool)), ValueError, "broadcast"),
     (dict(attn_mask=torch.ones(8, 8, dtype=torch.int32)), TypeError, "bool or floating"),

@@ -40,13 +40,14 @@ from .. import config
 from .._errors import NotSupportedError
 from ._checks import check_dropout
 from .band import NO_WINDOW, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
+from .mask_tiles import MIN_FLOAT_MASK_SCALE, fill_params as _fill_mask_params, prepare as _prepare_mask, tile_shape
 from .math_backward import math_backward as _math_backward
 
 KERNELS = ("naive", "tiled", "mma", "hopper")
 TILED_HEAD_DIMS = (16, 32, 64, 128)
 MMA_HEAD_DIMS = (64, 128)
 HOPPER_HEAD_DIMS = (64, 128, 256)
-BWD_HEAD_DIMS = (64, 128)   # attention_{mma_bwd,bwd}.cu; other head dims and attn_mask: _math_backward
+BWD_HEAD_DIMS = (64, 128)   # attention_{mma_bwd,bwd}.cu; other head dims (and some masks): _math_backward
 # The tensor-core backward's separate dQ pass (the deterministic mode: no atomics, S and dP computed
 # twice) measured 7-17 % faster than the atomic dq_accum at N = 1024 and 0-5 % slower at N = 4096
 # (H100, bf16, docs/attention-gpu.md): key sequences up to this length take it whatever
@@ -241,8 +242,13 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
         raise ValueError(f"kernel must be one of {KERNELS + ('auto',)}; got {kernel!r}")
     half = q.dtype in (torch.float16, torch.bfloat16)
     if kernel == "auto":
-        if attn_mask is not None:
+        if attn_mask is not None:   # tile by tile (mask_tiles.py) where a kernel takes it
             kernel = "naive"
+            if half and not band and q.device.type == "cuda":
+                if tile_shape("hopper", d) and _on_hopper(q):
+                    kernel = "hopper"
+                elif tile_shape("mma", d) and torch.cuda.get_device_capability(q.device) >= (8, 0):
+                    kernel = "mma"
         elif half and d in HOPPER_HEAD_DIMS and _on_hopper(q):
             kernel = "hopper"
         elif half and d in MMA_HEAD_DIMS:
@@ -252,7 +258,11 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
         else:
             kernel = "naive"
     if attn_mask is not None and kernel != "naive":
-        raise NotImplementedError(f"attn_mask is supported by kernel='naive' only; got kernel={kernel!r}")
+        if band:
+            raise NotImplementedError("attn_mask with window or causal_offset runs on kernel='naive' only")
+        if kernel not in ("mma", "hopper") or not tile_shape(kernel, d):
+            raise NotImplementedError(f"attn_mask runs on kernel='mma' (d 64, 128), 'hopper' (d 128) and 'naive'; "
+                                      f"got kernel={kernel!r} with d={d}")
     if band and kernel == "tiled":
         raise NotImplementedError("window and causal_offset are supported by kernels 'mma', 'hopper' and 'naive'; "
                                   "got kernel='tiled'")
@@ -314,7 +324,16 @@ def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band
                              f"(B, H, Nq, Nk) = {(B, Hq, Nq, k.shape[2])}") from None
         if is_causal:
             raise ValueError("pass attn_mask or is_causal=True, not both (as torch's SDPA)")
+        if attn_mask.requires_grad and torch.is_grad_enabled():
+            raise NotImplementedError("attn_mask requires grad: the kernels give no gradient for the mask (torch's "
+                                      "SDPA does); pass attn_mask.detach() if it is a constant")
+    requested = kernel
     kernel = _resolve_kernel(q, attn_mask, kernel, band)
+    if attn_mask is not None and kernel in ("mma", "hopper") and attn_mask.dtype != torch.bool \
+            and scale is not None and abs(scale) < MIN_FLOAT_MASK_SCALE:
+        if requested != "auto":   # the kernels add mask / scale (mask_tiles.py)
+            raise NotImplementedError(f"a float attn_mask with |scale| < {MIN_FLOAT_MASK_SCALE} runs on kernel='naive' only")
+        kernel = "naive"
     for name, t in (("q", q), ("k", k), ("v", v), ("attn_mask", attn_mask)):
         if t is not None and t.device.type != "cuda":
             raise ValueError(f"{name} must be on a CUDA device; got {t.device}")
@@ -395,7 +414,10 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     p.lse = ffi.cast("float *", lse.data_ptr())
     for field, t in (("q_strides", q), ("k_strides", k), ("v_strides", v), ("o_strides", out)):
         getattr(p, field)[0:3] = list(t.stride()[:3])
-    if attn_mask is not None:
+    if attn_mask is not None and kernel in ("mma", "hopper"):   # tile by tile (mask_tiles.py)
+        mask_tiles = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), kernel, d)
+        _fill_mask_params(p, ffi, mask_tiles)
+    elif attn_mask is not None:
         if attn_mask.dtype == torch.bool:   # True takes part (torch's convention)
             attn_mask = torch.zeros(attn_mask.shape, dtype=torch.float32, device=q.device).masked_fill_(~attn_mask, -math.inf)
         mask = attn_mask.to(torch.float32).expand(B, Hq, Nq, Nk)
@@ -423,13 +445,17 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
                 kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW):
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
-    math) for float32; _math_backward for attn_mask and other head dims, and for a band (causal_offset,
-    window: as _launch) in float32."""
+    math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the mma
+    backward after either forward (mask_tiles.py); _math_backward for other masks and head dims, and for a
+    band (causal_offset, window: as _launch) in float32."""
     torch = _torch()
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     band = has_band(causal_offset, window)
-    if attn_mask is not None or d not in BWD_HEAD_DIMS or (band and q.dtype == torch.float32):
+    # attn_mask: tile by tile on the mma backward (mask_tiles.py; atomic dQ), else the math backward.
+    mask_tiles = attn_mask is not None and q.dtype in (torch.float16, torch.bfloat16) and tile_shape("mma", d, True) \
+        and not band and not deterministic and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE)
+    if (attn_mask is not None and not mask_tiles) or d not in BWD_HEAD_DIMS or (band and q.dtype == torch.float32):
         return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale, causal_offset=causal_offset,
                               window=window)
     q, scale, dq_sign = _kernel_q_and_scale(q, scale)
@@ -443,10 +469,10 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     f32 = dict(dtype=torch.float32, device=q.device)
     # Workspaces (attention_api.h says which family needs which). Released on return while the
     # kernels may still run: safe on one stream (see _launch).
-    hopper = tensor_cores and kernel == "hopper" and not deterministic
+    hopper = tensor_cores and kernel == "hopper" and not deterministic and attn_mask is None
     if tensor_cores:
         # The hopper backward has no separate dQ pass: it accumulates dQ by atomics at every length.
-        deterministic = deterministic or (not hopper and Nk <= SEPARATE_DQ_MAX_KEYS)
+        deterministic = deterministic or (not hopper and attn_mask is None and Nk <= SEPARATE_DQ_MAX_KEYS)
         rows = -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
         dq_accum = None if deterministic else torch.empty((B, Hq, Nq, d), **f32)
@@ -467,6 +493,9 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
     p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
     _set_band(p, causal_offset, window)
+    if attn_mask is not None:
+        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "mma", d, backward=True)
+        _fill_mask_params(p, ffi, mask)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
     with torch.cuda.device(q.device):
@@ -585,9 +614,12 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d): CUDA tensors, float32/float16/bfloat16, any strides
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
     enable_gqa lets Hq be a multiple of Hkv. attn_mask (bool: True takes part, or additive float),
-    broadcastable to (B, Hq, Nq, Nk), runs on kernel="naive" only. kernel="auto" picks "hopper" on
-    an sm_90 GPU (d = 64, 128 or 256) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for
-    other supported head dims, "naive" otherwise or with a mask. A row whose keys are all masked gives 0.
+    broadcastable to (B, Hq, Nq, Nk) (broadcast dims and any strides read in place), runs tile by tile
+    on "mma" (d 64, 128) and "hopper" (d 128): mask_tiles.py lists each query block's key tiles, empty
+    ones are never loaded, full ones run unmasked, only mixed ones read the mask; other calls with a mask
+    run on "naive". kernel="auto" picks "hopper" on an sm_90 GPU (d = 64, 128 or 256; with a mask d =
+    128) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head dims,
+    "naive" otherwise. A row whose keys are all masked gives 0 (LSE -inf), as torch's SDPA.
 
     Differentiable: the backward (for fp16/bf16 cuda_src/attention_hopper_bwd.cu (wgmma, TMA) after a
     `hopper` forward, cuda_src/attention_mma_bwd.cu (mma.sync) otherwise; cuda_src/attention_bwd.cu in
@@ -595,8 +627,9 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     mma backward only above SEPARATE_DQ_MAX_KEYS keys), so two runs may differ in the last bits.
     deterministic=True computes dQ in a separate pass without atomics on the mma backward (bit-identical
     runs; within 5 % of its atomic time, 0.6-1.0x the hopper backward's speed); None (the default) follows
-    torch.use_deterministic_algorithms. attn_mask calls and head dims other than 64 and 128 take a
-    torch-math backward (same algorithm, materialises P).
+    torch.use_deterministic_algorithms. A masked call's backward runs tile by tile on the mma backward
+    (fp16/bf16, d 64/128, atomic dQ); deterministic masked calls, other masks and head dims other than 64
+    and 128 take a torch-math backward (same algorithm, materialises P).
 
     The band (band.py), keyword-only, ours: window=(left, right) is sliding-window attention as
     flash-attn's window_size (-1: unbounded side; with is_causal the right side is 0), and

@@ -6,7 +6,8 @@
 
 Inside the context, torch.nn.functional.scaled_dot_product_attention is a function with torch's
 exact signature that sends every call our kernels support to them (torch_api.decide: CUDA tensors,
-CPU float32, left-padding masks) and every other call to torch's original (dropout_p > 0, other
+CPU float32, left-padding masks, on CUDA fp16/bf16 at d 64/128 any bool or additive mask tile by tile)
+and every other call to torch's original (dropout_p > 0, other
 dtypes or masks, ...), counting both. On exit, also by an exception, torch's function is put back.
 
 Nesting: the innermost active patch's options apply; every active patch counts the calls made while

@@ -15,8 +15,9 @@ our own options (kernel, deterministic, threads) come after them. Where a call g
 
 attn_mask: a boolean mask that is left padding (key j takes part when j >= start[b]), alone or with
 the causal triangle, as transformers builds for a padded batch, runs on our kernels one sequence at a
-time on the unpadded part (padding.py). Any other mask runs on the CUDA `naive` kernel; the C kernel
-has none (NotImplementedError). `decide` is the routing itself, shared with patch() and the
+time on the unpadded part (padding.py). Any other mask on CUDA fp16/bf16 at d 64/128 runs tile by tile
+on the `mma`/`hopper` kernels (mask_tiles.py: empty tiles skipped, full ones unmasked; path
+"cuda+mask"), elsewhere on the CUDA `naive` kernel; the C kernel has none (NotImplementedError). `decide` is the routing itself, shared with patch() and the
 transformers integration, which send what it refuses to torch's SDPA instead of raising.
 """
 # no `from __future__ import annotations`: torch.library reads the custom op's annotations as types
@@ -159,7 +160,8 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
            kernel: str = "auto", deterministic: Optional[bool] = None, threads: Optional[int] = None,
            mask_kernel: bool = True, window=None, causal_offset: int = 0) -> Decision:
     """Route one call. mask_kernel: let a general attn_mask run on the CUDA `naive` kernel (the direct
-    call does; patch() and transformers send it to torch, whose masked kernels are faster).
+    call does; patch() and transformers send it to torch, whose masked kernels are faster). Masks the
+    fast kernels take tile by tile (fp16/bf16, d 64/128: mask_tiles.py) run there either way."""
     window, causal_offset: the band (band.py), checked by the caller; torch's CausalBias attn_mask
     becomes the band here."""
     reason = _structural_reason(query, key, value, dropout_p, is_causal, scale, enable_gqa)
@@ -196,14 +198,15 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
                                 path=("cuda" if on_cuda else "cpu") + "+padding")
             return Decision(reason=bad)
     if on_cuda:
-        if attn_mask is not None and not mask_kernel:
-            return Decision(reason="attn_mask other than left padding (torch's masked kernels are faster "
-                                   "than our naive one)")
         try:
             picked = cuda._check_inputs(query, key, value, attn_mask, is_causal, scale, gqa, kernel, band)
         except (ValueError, TypeError, NotImplementedError, NotSupportedError) as exc:
             return Decision(reason=f"CUDA kernels: {exc}")
-        return Decision(path="cuda", run=lambda: cuda.scaled_dot_product_attention(
+        if attn_mask is not None and picked == "naive" and not mask_kernel:
+            return Decision(reason="attn_mask on the naive kernel (fp16/bf16 at d 64/128 take it tile by tile; "
+                                   "torch's masked kernels are faster than our naive one)")
+        path = "cuda+mask" if attn_mask is not None and picked != "naive" else "cuda"
+        return Decision(path=path, run=lambda: cuda.scaled_dot_product_attention(
             query, key, value, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=gqa, kernel=picked,
             deterministic=deterministic, window=window, causal_offset=causal_offset))
     if kernel not in ("auto", "cpu"):

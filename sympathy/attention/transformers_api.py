@@ -11,7 +11,9 @@ SDPA: no mask -> is_causal on our kernels; a left-padded batch -> one unmasked c
 (padding.py); GQA on the kernels (no repeat_kv copy); a decode step (one query token, no mask, CUDA)
 -> the KV-cache kernel of kvcache.py (path "cuda-decode"); a mask that is exactly one causal band for the
 whole batch (Mistral-style sliding windows, `sliding_window` from the model; a prefill over a cache,
-bottom-right) -> the band of band.py on our kernels, no mask read. Everything else (dropout in training, other
+bottom-right) -> the band of band.py on our kernels, no mask read; any other mask (right padding, padding
+with the causal triangle, ...) on fp16/bf16 at d 64/128 -> tile by tile on our kernels (mask_tiles.py,
+path "cuda+mask"). Everything else (dropout in training, other
 masks, dtypes the device's kernel lacks, softcap, position bias, a paged cache, output_attentions)
 runs transformers' own `sdpa_attention_forward`, counted with its reason in
 `sy.attention.patch_stats()`. transformers stays optional: it is imported only here.

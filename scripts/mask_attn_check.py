@@ -1,0 +1,145 @@
+"""attn_mask tile by tile on the GPU, one device call: the GPU tests of the mask kernels, then the
+issue's speed target beside torch's SDPA backends in the same process, as a table.
+
+    python3 scripts/mask_attn_check.py [--out DIR] [--skip-tests]
+
+Target (issue 20): an additive padding mask >= 0.8x our unmasked speed on the visible tokens, bf16, d = 128.
+A padded batch of B = 4 sequences of N = 8192 keys, lengths 8192, 6144, 4096, 2048 (right padding of the
+keys; every query row computed): visible (query, key) pairs = H * N * sum(lengths); TFLOP/s = 4 * d * pairs /
+time (the unmasked run: all B * H * N * N pairs). Times: triton's do_bench medians.
+"""
+import argparse
+import math
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def bench(fn):
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=50, rep=300)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--skip-tests", action="store_true")
+    args = ap.parse_args()
+    lines = []
+    if not args.skip_tests:
+        t0 = time.time()
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                               "tests/test_attention_mask_tiles.py"], capture_output=True, text=True)
+        with open(os.path.join(args.out, "mask_tests.log"), "w") as f:
+            f.write(done.stdout + done.stderr)
+        lines.append(f"tests: {done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-500:]}"
+                     f" ({time.time() - t0:.0f} s)")
+
+    import warnings
+
+    from sympathy.attention import cuda, mask_tiles
+
+    warnings.simplefilter("ignore")   # torch's "kernel not used because" notes for the backends that refuse
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    B, H, N, d = 4, 16, 8192, 128
+    lens = torch.tensor([8192, 6144, 4096, 2048])
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    keep = (torch.arange(N)[None, :] < lens[:, None]).cuda()                     # (B, N)
+    additive = torch.zeros(B, 1, 1, N, device="cuda").masked_fill(~keep[:, None, None, :], -math.inf)
+    additive_bf16 = additive.to(torch.bfloat16)
+    boolean = keep[:, None, None, :].expand(B, 1, N, N).contiguous()              # transformers' 4-D layout
+    full_flops = 4 * d * B * H * N * N
+    vis_flops = 4 * d * H * N * int(lens.sum())
+    rows = []
+
+    def row(name, fn, flops, base=None):
+        try:
+            ms = bench(fn)
+        except Exception as exc:   # a backend that does not take this call
+            rows.append((name, None, None, None, str(exc).splitlines()[0][:60]))
+            return None
+        tf = flops / ms / 1e9
+        rows.append((name, ms, tf, tf / base if base else None, ""))
+        return tf
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    ours = cuda.scaled_dot_product_attention
+    base = {}
+    for kernel in ("hopper", "mma"):
+        base[kernel] = row(f"ours {kernel}, no mask (all pairs)", lambda: ours(q, k, v, kernel=kernel), full_flops)
+    for kernel in ("hopper", "mma"):
+        row(f"ours {kernel}, additive (B,1,1,N) f32", lambda: ours(q, k, v, additive, kernel=kernel), vis_flops,
+            base[kernel])
+        row(f"ours {kernel}, additive (B,1,1,N) bf16", lambda: ours(q, k, v, additive_bf16, kernel=kernel), vis_flops,
+            base[kernel])
+        row(f"ours {kernel}, bool (B,1,N,N)", lambda: ours(q, k, v, boolean, kernel=kernel), vis_flops, base[kernel])
+
+        def cold():
+            mask_tiles._cache.clear()
+            return ours(q, k, v, boolean, kernel=kernel)
+        row(f"ours {kernel}, bool (B,1,N,N), pre-pass each call", cold, vis_flops, base[kernel])
+    mask_tiles._cache.clear()
+    row("pre-pass alone, bool (B,1,N,N)", lambda: (mask_tiles._cache.clear(),
+                                                    mask_tiles.prepare(boolean, (B, H, N, N), "hopper", 128)), vis_flops)
+    row("pre-pass alone, additive (B,1,1,N)", lambda: (mask_tiles._cache.clear(),
+                                                        mask_tiles.prepare(additive, (B, H, N, N), "hopper", 128)), vis_flops)
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
+                          ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        with sdpa_kernel([backend]):
+            b0 = row(f"SDPA {name}, no mask", lambda: sdpa(q, k, v), full_flops)
+            row(f"SDPA {name}, additive (B,1,1,N) bf16", lambda: sdpa(q, k, v, additive_bf16), vis_flops, b0)
+            row(f"SDPA {name}, bool (B,1,N,N)", lambda: sdpa(q, k, v, boolean), vis_flops, b0)
+
+    # forward + backward (FLOPs 3.5x the forward's: the backward 2.5x). Masked calls: the forward above,
+    # the mma backward tile by tile (mask_tiles.py).
+    qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(q)
+
+    def fwd_bwd(f):
+        def run():
+            qg.grad = kg.grad = vg.grad = None
+            f().backward(dout)
+        return run
+    fb = {}
+    for kernel in ("hopper", "mma"):
+        fb[kernel] = row(f"fwd+bwd ours {kernel}, no mask", fwd_bwd(lambda: ours(qg, kg, vg, kernel=kernel)),
+                         3.5 * full_flops)
+        row(f"fwd+bwd ours {kernel}, additive (B,1,1,N) f32", fwd_bwd(lambda: ours(qg, kg, vg, additive, kernel=kernel)),
+            3.5 * vis_flops, fb[kernel])
+        row(f"fwd+bwd ours {kernel}, bool (B,1,N,N)", fwd_bwd(lambda: ours(qg, kg, vg, boolean, kernel=kernel)),
+            3.5 * vis_flops, fb[kernel])
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        with sdpa_kernel([backend]):
+            b0 = row(f"fwd+bwd SDPA {name}, no mask", fwd_bwd(lambda: sdpa(qg, kg, vg)), 3.5 * full_flops)
+            row(f"fwd+bwd SDPA {name}, additive (B,1,1,N) bf16", fwd_bwd(lambda: sdpa(qg, kg, vg, additive_bf16)),
+                3.5 * vis_flops, b0)
+
+    # error of the masked run against float64 on two heads
+    ref = torch.nn.functional.scaled_dot_product_attention(q[:, :2].double(), k[:, :2].double(), v[:, :2].double(),
+                                                           additive.double())
+    for kernel in ("hopper", "mma"):
+        got = ours(q[:, :2], k[:, :2], v[:, :2], additive, kernel=kernel)
+        lines.append(f"{kernel} additive-mask max rel error vs float64: "
+                     f"{((got.double() - ref).abs().max() / ref.abs().max()).item():.2e}")
+
+
+    table = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, B={B} H={H} N={N} d={d} bf16, "
+             f"key lengths {lens.tolist()} (visible pairs {vis_flops / full_flops:.3f} of all)",
+             "| variant | ms | TFLOP/s (visible pairs) | vs same kernel unmasked | note |", "|---|---|---|---|---|"]
+    for name, ms, tf, ratio, note in rows:
+        table.append(f"| {name} | {'' if ms is None else f'{ms:.3f}'} | {'' if tf is None else f'{tf:.0f}'} | "
+                     f"{'' if ratio is None else f'{ratio:.2f}x'} | {note} |")
+    text = "\n".join(lines + table)
+    with open(os.path.join(args.out, "mask_table.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

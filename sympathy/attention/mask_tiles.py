@@ -1,0 +1,203 @@
+"""attn_mask tile by tile: the pre-pass that lets the fast kernels skip what a mask hides.
+
+A boolean or additive mask broadcastable to (B, H, Nq, Nk), as torch's SDPA takes it (True / 0.0 takes
+part, False / -inf does not, other values are added to the scaled scores). This module reads it once and
+classifies every (query block, key block) tile of the kernel's own tile shape, per the mask's own batch
+and head (a broadcast dim is never materialised):
+
+    empty    every element False / -inf     not listed: never loaded, no MMA
+    full     every element True / 0.0       the kernel's unmasked path, no per-score work
+    partial  anything else                  the kernel reads the mask's elements for this tile
+
+and lists, per (mask batch, mask head, query block), the listed key blocks in order as
+`block << 2 | class` after their count (cuda_src/attention_mask.cuh reads the lists; attention_api.h
+has the fields). The mask itself goes to the kernel by strides (stride 0 where it broadcasts, any last-dim
+stride); a float16/bfloat16/float64 additive mask is converted to float32 first (a copy of the mask's own,
+unbroadcast elements: the kernels read float32 and bool). Classification is torch ops at a 64 x 64 grain
+(every kernel tile is a multiple of 64 in both axes): one read of the mask, then small tables.
+
+The lists of a mask are cached (a few entries, keyed by the tensor's storage, version, shape, strides):
+the layers of a transformers model pass the same padding mask, and its pre-pass then runs once per
+forward. Kernels (cuda.py picks): forward `mma` d 64/128 (64 x 64 tiles), `hopper` d 128 (128 x 128 tiles;
+its d = 64 consumers spilled around the mask's loads, so d = 64 masks run on `mma`); the backward on the
+mma backward (key-major lists of 64-query tiles per 128 keys, atomic dQ) after either forward: the hopper
+backward's 240-register consumers spilled 8-16 bytes with the mask's loads.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+GRAIN = 64
+EMPTY, FULL, PARTIAL, ABSENT = 0, 1, 2, 3
+# (kernel, head dim) -> (query rows, keys) per tile: attention_mma.cu's MmaTraitsD*Mask, attention_hopper.cu's
+# HopperTraitsD128, and the mma backward's dkdv tile (kernel_traits.cuh MmaBwdDkdvTraitsD*: 128 keys per
+# block, query tiles of 64), whose lists are key-major. The launchers refuse lists built for another shape.
+FWD_TILES = {("mma", 64): (64, 64), ("mma", 128): (64, 64), ("hopper", 128): (128, 128)}
+BWD_TILES = {("mma", 64): (64, 128), ("mma", 128): (64, 128)}
+MASK_KINDS = {"float32": 0, "bool": 1}   # attention_mask.cuh MaskKind
+# A float mask reaches the kernels as mask / scale (they scale raw scores later): below this |scale| the
+# quotient could overflow, and such calls stay on `naive`.
+MIN_FLOAT_MASK_SCALE = 2.0 ** -100
+_CACHE_ENTRIES = 2   # each entry keeps its mask alive (so no other tensor can take its storage and key)
+_cache: "OrderedDict[tuple, dict]" = OrderedDict()   # key -> the mask's table and its lists per kernel
+
+
+@dataclass
+class MaskTiles:
+    mask: object            # the element mask as the kernel reads it (float32 or bool), any strides
+    kind: int               # MASK_KINDS
+    mask_strides: tuple     # of mask expanded to (B, Hq, Nq, Nk): 0 where it broadcasts
+    lists: object           # int32 (Bm, Hm, query blocks, 2 + key blocks): count, then entries
+    list_strides: tuple     # batch, head, query block; 0 where the mask broadcasts
+    block_q: int
+    block_k: int
+    source: object = None   # the attn_mask given (cached entries hold it: its data_ptr stays its own)
+
+
+def tile_shape(kernel: str, head_dim: int, backward: bool = False):
+    return (BWD_TILES if backward else FWD_TILES).get((kernel, head_dim))
+
+
+def _grain(x, dim: int, fill: bool, reduce_all: bool):
+    """x (bool) reduced over blocks of GRAIN along dim (any, or all when reduce_all); a dim of size 1 (a
+    broadcast one) stays. The ragged end is padded with fill, which leaves the reduction unchanged."""
+    import torch
+
+    n = x.shape[dim]
+    if n == 1:
+        return x
+    blocks = -(-n // GRAIN)
+    pad = blocks * GRAIN - n
+    x = x.to(torch.uint8)
+    if pad:
+        shape = list(x.shape)
+        shape[dim] = pad
+        x = torch.cat([x, x.new_full(shape, int(fill))], dim=dim)
+    shape = list(x.shape)
+    shape[dim:dim + 1] = [blocks, GRAIN]
+    x = x.view(shape)
+    return (x.amin(dim + 1) if reduce_all else x.amax(dim + 1)).bool()
+
+
+def classify(view):
+    """Per (mask batch, mask head, 64-row block, 64-key block) of `view` (the mask expanded to
+    (B, Hq, Nq, Nk): stride 0 where it broadcasts) EMPTY, FULL or PARTIAL, uint8, read from the mask's own
+    elements only: every broadcast dim is taken at index 0 and the table broadcast back."""
+    import math
+
+    import torch
+
+    core = view
+    for dim in range(4):
+        if view.stride(dim) == 0 and view.shape[dim] > 1:
+            core = core.narrow(dim, 0, 1)
+    if core.dtype == torch.bool:
+        visible, zero = core, core
+    else:
+        visible, zero = core != -math.inf, core == 0
+    any_visible, all_zero = visible, zero
+    for dim in (2, 3):
+        any_visible = _grain(any_visible, dim, False, reduce_all=False)
+        all_zero = _grain(all_zero, dim, True, reduce_all=True)
+    cls = torch.where(any_visible, torch.where(all_zero, FULL, PARTIAL), EMPTY).to(torch.uint8)
+    n_q, n_k = view.shape[2], view.shape[3]
+    return cls.expand(cls.shape[0], cls.shape[1], -(-n_q // GRAIN), -(-n_k // GRAIN))
+
+
+def coarsen(cls, fq: int, fk: int):
+    """A 64-grain class table combined into tiles of fq x fk grains: EMPTY if all are, FULL if all are,
+    PARTIAL otherwise (grains past the end count as neither)."""
+    import torch
+
+    Bm, Hm, tq, tk = cls.shape
+    TQ, TK = -(-tq // fq), -(-tk // fk)
+    c = cls.new_full((Bm, Hm, TQ * fq, TK * fk), ABSENT)
+    c[:, :, :tq, :tk] = cls
+    c = c.view(Bm, Hm, TQ, fq, TK, fk)
+    empty = ((c == EMPTY) | (c == ABSENT)).all(5).all(3)
+    full = ((c == FULL) | (c == ABSENT)).all(5).all(3)
+    return torch.where(empty, EMPTY, torch.where(full, FULL, PARTIAL)).to(torch.uint8)
+
+
+def tile_lists(cls, first_not_partial: bool):
+    """int32 (Bm, Hm, rows, 2 + blocks): [count, entries...], entries `block << 2 | class` of the listed
+    (non-empty) blocks in order, then the empty ones (so a row with none lists block 0, empty, first).
+    first_not_partial (hopper): a row's first entry is full (its first full block, moved to the front) or,
+    with no full block, an empty block 0 put before the rest (one tile computed for nothing)."""
+    import torch
+
+    Bm, Hm, R, K = cls.shape
+    c = cls.long()
+    idx = torch.arange(K, device=cls.device)
+    key = torch.where(c == EMPTY, 2, 1)
+    has_full = (c == FULL).any(-1)
+    if first_not_partial:
+        first_full = torch.where(c == FULL, idx, K).amin(-1, keepdim=True)
+        key = torch.where(idx == first_full, 0, key)
+    order = torch.argsort(key, dim=-1, stable=True)
+    entries = order * 4 + c.gather(-1, order)
+    count = (c != EMPTY).sum(-1)
+    entries = torch.cat([entries, entries.new_zeros(Bm, Hm, R, 1)], dim=-1)
+    if first_not_partial:
+        prepend = (count > 0) & ~has_full
+        shifted = torch.cat([entries.new_zeros(Bm, Hm, R, 1), entries[..., :-1]], dim=-1)
+        entries = torch.where(prepend.unsqueeze(-1), shifted, entries)
+        count = count + prepend.long()
+    return torch.cat([count.unsqueeze(-1), entries], dim=-1).to(torch.int32).contiguous()
+
+
+def _cache_key(attn_mask, shape):
+    try:
+        version = attn_mask._version
+    except RuntimeError:   # an inference tensor tracks no version: not cached
+        return None
+    return (attn_mask.data_ptr(), version, tuple(attn_mask.shape), attn_mask.stride(), attn_mask.dtype,
+            str(attn_mask.device), tuple(shape))
+
+
+def prepare(attn_mask, shape, kernel: str, head_dim: int, backward: bool = False) -> MaskTiles:
+    """The kernel's view of attn_mask (checked by cuda._check_inputs: bool or float, broadcastable to
+    shape = (B, Hq, Nq, Nk)) for `kernel` at head_dim: the forward's query-major lists, or (backward) the
+    key-major lists of the mma backward. The mask is classified once per cache entry; the forward's and the
+    backward's lists both come from that table."""
+    import torch
+
+    key = _cache_key(attn_mask, shape)
+    entry = _cache.get(key) if key is not None else None
+    if entry is None:
+        mask = attn_mask
+        if mask.dtype != torch.bool and mask.dtype != torch.float32:
+            mask = mask.to(torch.float32)
+        view = mask.expand(*shape)
+        entry = {"source": attn_mask, "mask": mask, "strides": tuple(view.stride()), "cls": classify(view)}
+        if key is not None:
+            _cache[key] = entry
+            while len(_cache) > _CACHE_ENTRIES:
+                _cache.popitem(last=False)
+    else:
+        _cache.move_to_end(key)
+    lists_key = (kernel, head_dim, backward)
+    if lists_key not in entry:
+        block_q, block_k = (BWD_TILES if backward else FWD_TILES)[(kernel, head_dim)]
+        cls = coarsen(entry["cls"], block_q // GRAIN, block_k // GRAIN)
+        lists = tile_lists(cls.transpose(2, 3) if backward else cls, first_not_partial=kernel == "hopper")
+        if lists.numel() >= 2 ** 31:
+            raise ValueError(f"attn_mask's tile lists would hold {lists.numel()} entries (int32 offsets): "
+                             "too many (batch, head) mask planes at this length")
+        list_strides = tuple(0 if lists.shape[i] == 1 else lists.stride(i) for i in range(3))
+        mask = entry["mask"]
+        entry[lists_key] = MaskTiles(mask=mask, kind=MASK_KINDS["bool" if mask.dtype == torch.bool else "float32"],
+                                     mask_strides=entry["strides"], lists=lists, list_strides=list_strides,
+                                     block_q=block_q, block_k=block_k, source=attn_mask)
+    return entry[lists_key]
+
+
+def fill_params(p, ffi, tiles: MaskTiles) -> None:
+    """The mask fields of a sy_attn_params or sy_attn_bwd_params (attention_api.h)."""
+    p.mask = ffi.cast(ffi.typeof(p.mask), tiles.mask.data_ptr())   # float * (forward), void * (backward)
+    p.mask_strides[0:4] = list(tiles.mask_strides)
+    p.mask_kind = tiles.kind
+    p.mask_lists = ffi.cast("int *", tiles.lists.data_ptr())
+    p.mask_list_strides[0:3] = list(tiles.list_strides)
+    p.mask_block_q, p.mask_block_k = tiles.block_q, tiles.block_k
