@@ -38,6 +38,17 @@
 #ifndef SY_HOPPER_BWD_D128_STAGES
 #define SY_HOPPER_BWD_D128_STAGES 2
 #endif
+// dQ per warpgroup (1): each warpgroup multiplies only its own 64 keys of dS into the tile's whole dQ and
+// adds it, so the two warpgroups never wait for each other (0: both warpgroups' dS^T, one barrier of
+// 256 threads per tile, half of dQ each). Twice the dq_accum adds.
+#ifndef SY_HOPPER_BWD_DQ_OWN
+#define SY_HOPPER_BWD_DQ_OWN 0
+#endif
+// The preprocess zeroes dq_accum (no memset pass) and dQ's conversion reads 8 floats per thread (1);
+// 0: the generic preprocess, memset and reduce (the mma backward's).
+#ifndef SY_HOPPER_BWD_FUSED_PRE
+#define SY_HOPPER_BWD_FUSED_PRE 1
+#endif
 
 namespace sy_attn {
 namespace {
@@ -74,6 +85,11 @@ struct HopperBwdTraits {
     // columns 64w.. of the 64-query tile, at d = 64 query rows 64w.. of the 128-query tile.
     static constexpr bool kDqSplitColumns = kHeadDim == 128;
     static constexpr int kDqKSteps = kBlockN / 16;
+    // SY_HOPPER_BWD_DQ_OWN: a warpgroup's dQ is the whole kBlockM x d tile over its own 64 keys,
+    // kBlockM / 64 m64 GEMMs of n = d; else a 64 x 64 share over all kBlockN keys.
+    static constexpr bool kDqOwnKeys = SY_HOPPER_BWD_DQ_OWN != 0;
+    static constexpr int kDqBlocks = kDqOwnKeys ? kBlockM / 64 : 1;
+    static constexpr int kDqRegs = kDqOwnKeys ? kHeadDim / 2 : 32;   // per m64 block
 
     static constexpr int kKVBytes = kBlockN * kHeadDim * 2;     // K or V
     static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
@@ -212,7 +228,7 @@ struct BwdConsumer {
     float dV[Tr::kHeadDim / 2], dK[Tr::kHeadDim / 2];   // this warpgroup's 64 keys x d
     float s[Tr::kBlockM / 2], dp[Tr::kBlockM / 2];      // S^T then P^T; dP^T then dS^T (64 keys x kBlockM queries)
     uint32_t rP[Tr::kKStepsM][4], rdS[Tr::kKStepsM][4]; // P^T, dS^T as A fragments of dV, dK
-    float dq[32];                                       // 64 queries x 64 columns of dQ
+    float dq[Tr::kDqBlocks][Tr::kDqRegs];               // dQ: 64 queries x 64 columns, or (own keys) kBlockM x d
 
     __device__ BwdConsumer(const BwdSmem<Tr> &sm_, int wg_, float scale)
         : sm(sm_), wg(wg_), warp((threadIdx.x % 128) / 32), lane(threadIdx.x % 32), scale_log2(scale * kLog2e) {
@@ -333,17 +349,36 @@ struct BwdConsumer {
     // This warpgroup's 64 x 64 share of dQ = dS K (Traits::kDqSplitColumns): A = dS^T read MN-major
     // (queries contiguous; panel wg at d = 64), B = K MN-major (panel wg at d = 128).
     __device__ __forceinline__ void issue_dq(int buffer) {
-        const int ds_panel = Tr::kDqSplitColumns ? 0 : wg, k_panel = Tr::kDqSplitColumns ? wg : 0;
-        const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + ds_panel * Tr::kDsPanelBytes;
-        const uint32_t k_base = smem_addr(sm.k) + k_panel * Tr::kKVPanelBytes;
-        fence_regs(dq);
-        wgmma_fence();
+        if constexpr (Tr::kDqOwnKeys) {
+            // dQ[mb] = dS (queries 64 mb.., this warpgroup's keys) K (its keys, all d): A = dS^T MN-major from
+            // panel mb, rows 64 wg..; B = K MN-major, n = d over the 64-column panels (LBO).
+            const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + wg * Tr::kKeysPerWG * Tr::kRowBytes;
+            const uint32_t k_base = smem_addr(sm.k) + wg * Tr::kKeysPerWG * Tr::kRowBytes;
 #pragma unroll
-        for (int kk = 0; kk < Tr::kDqKSteps; ++kk)
-            GemmDq::template ss<1, 1>(dq, smem_desc(ds_base + kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
-                                      smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes),
-                                      kk > 0);
-        wgmma_commit();
+            for (int mb = 0; mb < Tr::kDqBlocks; ++mb) fence_regs(dq[mb]);
+            wgmma_fence();
+#pragma unroll
+            for (int mb = 0; mb < Tr::kDqBlocks; ++mb)
+#pragma unroll
+                for (int kk = 0; kk < Tr::kKeysPerWG / 16; ++kk)
+                    GemmHead::template ss<1, 1>(
+                        dq[mb],
+                        smem_desc(ds_base + mb * Tr::kDsPanelBytes + kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
+                        smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes), kk > 0);
+            wgmma_commit();
+        } else {
+            const int ds_panel = Tr::kDqSplitColumns ? 0 : wg, k_panel = Tr::kDqSplitColumns ? wg : 0;
+            const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + ds_panel * Tr::kDsPanelBytes;
+            const uint32_t k_base = smem_addr(sm.k) + k_panel * Tr::kKVPanelBytes;
+            fence_regs(dq[0]);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kDqKSteps; ++kk)
+                GemmDq::template ss<1, 1>(dq[0], smem_desc(ds_base + kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
+                                          smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes),
+                                          kk > 0);
+            wgmma_commit();
+        }
     }
 
     // The i-th query tile this block walks. Each GEMM is issued as soon as its operands exist and waited
@@ -361,24 +396,47 @@ struct BwdConsumer {
         wgmma_wait<1>();   // dP^T done; dV may still run
         fence_regs(dp);
         compute_ds(stage);
-        store_ds(buffer);
-        // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
-        fence_proxy_async_shared();
-        named_bar_sync(1, 256);
-        issue_dq(buffer);
-        issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
-        wgmma_wait<1>();   // dV and dQ done; dK may still run
-        fence_regs(dV);
-        fence_regs(rP);
-        fence_regs(dq);
-        // This warp's 16 rows of the warpgroup's 64 x 64 share.
-        const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
-        const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
-        atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
-        wgmma_wait<0>();   // dK done: the stage's Q and dO are free
-        fence_regs(dK);
-        fence_regs(rdS);
-        mbar_arrive(smem_addr(&sm.bars->q_empty[stage]));
+        if constexpr (Tr::kDqOwnKeys) {
+            issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q, under the store and the barrier
+            store_ds(buffer);
+            fence_proxy_async_shared();
+            // Only this warpgroup's dS^T rows are read: a barrier of its own 128 threads (ids 2, 3).
+            named_bar_sync(2 + wg, 128);
+            // dV and dK done before dQ's 64-register accumulator goes live (with P^T, dS^T in flight as
+            // well ptxas serialised the wgmma at d = 128: C7512); the stage's Q and dO are free.
+            wgmma_wait<0>();
+            fence_regs(dV);
+            fence_regs(rP);
+            fence_regs(dK);
+            fence_regs(rdS);
+            mbar_arrive(smem_addr(&sm.bars->q_empty[stage]));
+            issue_dq(buffer);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int mb = 0; mb < Tr::kDqBlocks; ++mb) {
+                fence_regs(dq[mb]);
+                atomic_add_rows(gDqHead, Tr::kHeadDim, m0 + mb * 64 + warp * 16, seqlen_q, tiles(dq[mb]), lane);
+            }
+        } else {
+            store_ds(buffer);
+            // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
+            fence_proxy_async_shared();
+            named_bar_sync(1, 256);
+            issue_dq(buffer);
+            issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
+            wgmma_wait<1>();   // dV and dQ done; dK may still run
+            fence_regs(dV);
+            fence_regs(rP);
+            fence_regs(dq[0]);
+            // This warp's 16 rows of the warpgroup's 64 x 64 share.
+            const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
+            const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
+            atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq[0]), lane);
+            wgmma_wait<0>();   // dK done: the stage's Q and dO are free
+            fence_regs(dK);
+            fence_regs(rdS);
+            mbar_arrive(smem_addr(&sm.bars->q_empty[stage]));
+        }
     }
 
     // dK carries the softmax scale (S = scale * Q K^T); dV does not. GQA: fp32 per query head, summed later.
@@ -491,17 +549,26 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
         status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.v_strides, Tr::kBlockN);
     if (status != kOk) return status;
 
-    if ((status = launch_preprocess<T>(p, rows_per_head, stream)) != kOk) return status;
     const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * p.seqlen_q * Tr::kHeadDim * sizeof(float);
+#if SY_HOPPER_BWD_FUSED_PRE
+    if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, stream)) != kOk) return status;
+#else
+    if ((status = launch_preprocess<T>(p, rows_per_head, stream)) != kOk) return status;
     if ((err = cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream)) != cudaSuccess) return static_cast<int>(err);
+#endif
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
     dim3 grid(ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
 
+#if SY_HOPPER_BWD_FUSED_PRE
+    status = launch_dq_convert<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, p.seqlen_q, Tr::kHeadDim, p.scale,
+                                  kVarlen, stream);
+#else
     status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim, p.scale,
                               stream);
+#endif
     if (status != kOk || p.heads_q == p.heads_kv) return status;   // the kernel wrote dk and dv itself
     const int group = p.heads_q / p.heads_kv;
     status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, map_batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim,
