@@ -32,8 +32,20 @@
 // three (same speed not causal, +1-4 % causal, and the two-stage build spilled 40 bytes in one fp16
 // instantiation); d = 128 two (three: +5 % not causal, -7 % causal at N = 4096). Overridable for
 // same-run comparisons: scripts/bwd_device.py --variant NAME=FILE@-DSY_HOPPER_BWD_D64_STAGES=2
+// dQ through shared memory (1, FlashAttention-3's way): each consumer warpgroup stores its 64 x 64 fp32
+// share of the tile's dQ to shared memory and goes on; a warp of the producer warpgroup adds it to
+// dq_accum with one 16 KiB bulk reduce-add (the copy engine), so the consumers issue no atomics. dq_accum
+// is then tile-major (a share's 4096 floats contiguous in the registers' order) and read back by
+// dq_tiled_convert_kernel. Varlen calls keep the atomics. 0: red.global.add.v4 from the consumers.
+#ifndef SY_HOPPER_BWD_DQ_TMA
+#define SY_HOPPER_BWD_DQ_TMA 0
+#endif
 #ifndef SY_HOPPER_BWD_D64_STAGES
+#if SY_HOPPER_BWD_DQ_TMA
+#define SY_HOPPER_BWD_D64_STAGES 2   // three stages and the dQ shares exceed 227 KiB
+#else
 #define SY_HOPPER_BWD_D64_STAGES 3
+#endif
 #endif
 #ifndef SY_HOPPER_BWD_D128_STAGES
 #define SY_HOPPER_BWD_D128_STAGES 2
@@ -48,6 +60,9 @@
 // 0: the generic preprocess, memset and reduce (the mma backward's).
 #ifndef SY_HOPPER_BWD_FUSED_PRE
 #define SY_HOPPER_BWD_FUSED_PRE 1
+#endif
+#if SY_HOPPER_BWD_DQ_TMA && !SY_HOPPER_BWD_FUSED_PRE
+#error "the tile-major dq_accum is read back by the fused path's dq_tiled_convert_kernel"
 #endif
 
 namespace sy_attn {
@@ -90,6 +105,9 @@ struct HopperBwdTraits {
     static constexpr bool kDqOwnKeys = SY_HOPPER_BWD_DQ_OWN != 0;
     static constexpr int kDqBlocks = kDqOwnKeys ? kBlockM / 64 : 1;
     static constexpr int kDqRegs = kDqOwnKeys ? kHeadDim / 2 : 32;   // per m64 block
+    static constexpr bool kDqViaSmem = SY_HOPPER_BWD_DQ_TMA != 0 && !kDqOwnKeys;
+    static constexpr int kDqShareFloats = 64 * 64;                    // = kBlockM * kHeadDim / kConsumerWGs
+    static constexpr int kDqSmemBytes = kDqViaSmem ? kConsumerWGs * kDqShareFloats * 4 : 0;
 
     static constexpr int kKVBytes = kBlockN * kHeadDim * 2;     // K or V
     static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
@@ -100,7 +118,7 @@ struct HopperBwdTraits {
     static constexpr int kVecBytes = kBlockM * 4;               // one stage of LSE or D
     // 1024 bytes of slack to align the swizzle atoms; two dS^T buffers (a warpgroup may store tile i+1's
     // while the other still reads tile i's); 256 bytes of barriers.
-    static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes +
+    static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes + kDqSmemBytes +
                                       2 * kStages * kVecBytes + 256;
 
     static constexpr int kProducerRegs = 24;
@@ -111,7 +129,14 @@ struct HopperBwdTraits {
     static_assert(kSmemBytes <= 227 * 1024, "sm_90 gives a block at most 227 KiB of shared memory");
     static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file");
     static_assert(SY_ATTN_BWD_ROW_ALIGN % kBlockM == 0, "the padded LSE and D rows cover whole query tiles");
+    static_assert(kBlockM * kHeadDim == kConsumerWGs * kDqShareFloats, "a dQ share is 64 x 64");
 };
+
+// Named barriers (0 is __syncthreads): both consumer warpgroups' dS^T stored (256 threads); dQ per
+// warpgroup: its own dS^T stored (128); dQ through shared memory: share full, share empty (the warpgroup
+// and the dQ warp, 160).
+enum BwdNamedBarrier { kBarDs = 1, kBarDsOwn = 2, kBarDqFull = 4, kBarDqEmpty = 6 };
+constexpr int kDqBarThreads = 128 + 32;
 
 #ifdef SY_HOPPER_DEVICE_CODE
 template <class Tr>
@@ -125,6 +150,7 @@ struct BwdSmem {
     unsigned char *k, *v;     // [kPanels][kBlockN][64], 128B-swizzled
     unsigned char *q, *dout;  // [kStages][kPanels][kBlockM][64]
     unsigned char *ds;        // [2][kBlockM / 64][kBlockN][64]: dS^T, 128B-swizzled like the tiles
+    float *dq;                // [kConsumerWGs][8][128 threads][4]: dQ shares (SY_HOPPER_BWD_DQ_TMA)
     float *lse, *delta;       // [kStages][kBlockM]: log2-scaled LSE (+inf on padding rows), D
     BwdBarriers<Tr> *bars;
 
@@ -135,7 +161,8 @@ struct BwdSmem {
         q = v + Tr::kKVBytes;
         dout = q + Tr::kStages * Tr::kQBytes;
         ds = dout + Tr::kStages * Tr::kQBytes;
-        lse = reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes);
+        dq = reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes);
+        lse = reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes + Tr::kDqSmemBytes);
         delta = lse + Tr::kStages * Tr::kBlockM;
         bars = reinterpret_cast<BwdBarriers<Tr> *>(delta + Tr::kStages * Tr::kBlockM);
         static_assert(sizeof(BwdBarriers<Tr>) <= 256, "kSmemBytes reserves 256 bytes for the barriers");
@@ -210,11 +237,37 @@ __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap
     }
 }
 
+// ---- the dQ warp (SY_HOPPER_BWD_DQ_TMA): shares to dq_accum by bulk reduce-adds ---------------------
+// gDqHead: the head's tile-major dq_accum; tile m's share w is the 4096 floats at (m * 2 + w) * 4096.
+template <class Tr>
+__device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, int m_first, int m_total, int lane) {
+    for (int m = m_first; m < m_total; ++m) {
+#pragma unroll
+        for (int w = 0; w < Tr::kConsumerWGs; ++w) {
+            named_bar_sync(kBarDqFull + w, kDqBarThreads);   // share w stored and fenced
+            if (lane == 0) {
+                bulk_reduce_add_f32(gDqHead + (m * Tr::kConsumerWGs + w) * Tr::kDqShareFloats,
+                                    smem_addr(sm.dq + w * Tr::kDqShareFloats), Tr::kDqShareFloats * 4);
+                bulk_commit();
+            }
+        }
+        // Share w may be overwritten once the copy engine has read it (not yet added it).
+        if (lane == 0) bulk_wait_read<1>();
+        __syncwarp();
+        named_bar_arrive(kBarDqEmpty + 0, kDqBarThreads);
+        if (lane == 0) bulk_wait_read<0>();
+        __syncwarp();
+        named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
+    }
+    if (lane == 0) bulk_wait_all();
+}
+
 // ---- a consumer warpgroup: 64 keys ------------------------------------------------------------------------
 template <class Tr, typename T, int kMode>
 struct BwdConsumer {
     static constexpr int kBand = kMode & 3;
     static constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
+    static constexpr bool kDqTma = Tr::kDqViaSmem && !kVarlen;
     using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
     using GemmDq = WgmmaM64N64<T>;                                    // dQ: a 64 x 64 share per warpgroup
     using GemmHead = typename WgmmaN<Tr::kHeadDim>::template Op<T>;   // dV, dK (n = d)
@@ -401,7 +454,7 @@ struct BwdConsumer {
             store_ds(buffer);
             fence_proxy_async_shared();
             // Only this warpgroup's dS^T rows are read: a barrier of its own 128 threads (ids 2, 3).
-            named_bar_sync(2 + wg, 128);
+            named_bar_sync(kBarDsOwn + wg, 128);
             // dV and dK done before dQ's 64-register accumulator goes live (with P^T, dS^T in flight as
             // well ptxas serialised the wgmma at d = 128: C7512); the stage's Q and dO are free.
             wgmma_wait<0>();
@@ -421,17 +474,30 @@ struct BwdConsumer {
             store_ds(buffer);
             // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
             fence_proxy_async_shared();
-            named_bar_sync(1, 256);
+            named_bar_sync(kBarDs, 256);
             issue_dq(buffer);
             issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
             wgmma_wait<1>();   // dV and dQ done; dK may still run
             fence_regs(dV);
             fence_regs(rP);
             fence_regs(dq[0]);
-            // This warp's 16 rows of the warpgroup's 64 x 64 share.
-            const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
-            const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
-            atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq[0]), lane);
+            if constexpr (kDqTma) {
+                // The share in the registers' order: n8 tile nt of thread t as float4 nt * 128 + t (a
+                // warp's 32 stores are 512 contiguous bytes: no bank conflict).
+                named_bar_sync(kBarDqEmpty + wg, kDqBarThreads);
+                float4 *share = reinterpret_cast<float4 *>(sm.dq + wg * Tr::kDqShareFloats) + threadIdx.x % 128;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+                    share[nt * 128] = make_float4(tiles(dq[0])[nt][0], tiles(dq[0])[nt][1], tiles(dq[0])[nt][2],
+                                                  tiles(dq[0])[nt][3]);
+                fence_proxy_async_shared();
+                named_bar_arrive(kBarDqFull + wg, kDqBarThreads);
+            } else {
+                // This warp's 16 rows of the warpgroup's 64 x 64 share.
+                const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
+                const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
+                atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq[0]), lane);
+            }
             wgmma_wait<0>();   // dK done: the stage's Q and dO are free
             fence_regs(dK);
             fence_regs(rdS);
@@ -496,11 +562,19 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             produce<Tr>(sm, &tm_q, &tm_do, &tm_k, &tm_v, p.lse_log2 + bwd_row_index(p, b, h, 0, rows_per_head),
                         p.delta + bwd_row_index(p, b, h, 0, rows_per_head), n0, h, h / (p.heads_q / p.heads_kv),
                         seq.map_b, queries.begin, queries.end, seq.q_row0, seq.k_row0);
+        } else if (Tr::kDqViaSmem && (kMode & kVarlenFlag) == 0 && threadIdx.x / 32 == 1) {
+            const Sequence seq = sequence_of<kMode>(p, b, band);
+            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
+            write_dq<Tr>(sm, p.dq_accum + bwd_row_index(p, b, h, 0, rows_per_head) * Tr::kHeadDim, queries.begin,
+                         queries.end, threadIdx.x % 32);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
         BwdConsumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
         mbar_wait(smem_addr(&sm.bars->kv_full), 0);   // also when no tile follows: no copy may outlive the block
+        // The dQ shares start empty: one warp stands in for the dQ warp's first arrival.
+        if (Tr::kDqViaSmem && (kMode & kVarlenFlag) == 0 && threadIdx.x % 128 < 32)
+            named_bar_arrive(kBarDqEmpty + warpgroup - 1, kDqBarThreads);
         int i = 0;
         // The range is computed after setmaxnreg, in each role (live across it, it cost the d = 64
         // consumers 16-24 bytes of spill).
@@ -549,9 +623,12 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
         status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.v_strides, Tr::kBlockN);
     if (status != kOk) return status;
 
-    const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * p.seqlen_q * Tr::kHeadDim * sizeof(float);
+    // dQ through shared memory: dq_accum tile-major over rows_per_head rows a head (attention_api.h).
+    constexpr bool kDqTiled = Tr::kDqViaSmem && !kVarlen;
+    const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * (kDqTiled ? rows_per_head : p.seqlen_q) *
+                            Tr::kHeadDim * sizeof(float);
 #if SY_HOPPER_BWD_FUSED_PRE
-    if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, stream)) != kOk) return status;
+    if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk) return status;
 #else
     if ((status = launch_preprocess<T>(p, rows_per_head, stream)) != kOk) return status;
     if ((err = cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream)) != cudaSuccess) return static_cast<int>(err);
@@ -563,7 +640,11 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     if ((status = launch_status()) != kOk) return status;
 
 #if SY_HOPPER_BWD_FUSED_PRE
-    status = launch_dq_convert<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, p.seqlen_q, Tr::kHeadDim, p.scale,
+    if (kDqTiled)
+        status = launch_dq_tiled_convert<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q, rows_per_head,
+                                            Tr::kHeadDim, p.scale, stream);
+    else
+        status = launch_dq_convert<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, p.seqlen_q, Tr::kHeadDim, p.scale,
                                   kVarlen, stream);
 #else
     status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim, p.scale,

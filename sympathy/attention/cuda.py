@@ -449,7 +449,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
         deterministic = deterministic or (not hopper and Nk <= SEPARATE_DQ_MAX_KEYS)
         rows = -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
-        dq_accum = None if deterministic else torch.empty((B, Hq, Nq, d), **f32)
+        # The hopper backward's dq_accum covers whole query tiles (tile-major: attention_api.h).
+        dq_accum = None if deterministic else torch.empty((B, Hq, rows if hopper else Nq, d), **f32)
         dk_accum, dv_accum = (None, None) if Hq == Hkv else (torch.empty((B, Hq, Nk, d), **f32) for _ in range(2))
     else:
         delta, lse_log2 = torch.empty((B, Hq, Nq), **f32), None
