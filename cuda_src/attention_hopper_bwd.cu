@@ -29,40 +29,30 @@
 #include "softmax.cuh"   // fast_exp2
 
 // Query-tile stages per head dim, measured (bf16, H100, same run, docs/notes-attention-bwd.md): d = 64
-// three (same speed not causal, +1-4 % causal, and the two-stage build spilled 40 bytes in one fp16
-// instantiation); d = 128 two (three: +5 % not causal, -7 % causal at N = 4096). Overridable for
-// same-run comparisons: scripts/bwd_device.py --variant NAME=FILE@-DSY_HOPPER_BWD_D64_STAGES=2
-// dQ through shared memory (1, FlashAttention-3's way): each consumer warpgroup stores its 64 x 64 fp32
-// share of the tile's dQ to shared memory and goes on; a warp of the producer warpgroup adds it to
-// dq_accum with one 16 KiB bulk reduce-add (the copy engine), so the consumers issue no atomics. dq_accum
-// is then tile-major (a share's 4096 floats contiguous in the registers' order) and read back by
-// dq_tiled_convert_kernel. Varlen calls keep the atomics. 0: red.global.add.v4 from the consumers.
-#ifndef SY_HOPPER_BWD_DQ_TMA
-#define SY_HOPPER_BWD_DQ_TMA 0
-#endif
+// three with the atomics (same speed not causal, +1-4 % causal, and the two-stage build spilled 40 bytes
+// in one fp16 instantiation), two with dQ through shared memory (three and the dQ shares exceed
+// 227 KiB); d = 128 two (three: +5 % not causal, -7 % causal at N = 4096; with dQ through shared memory
+// -6 % not causal). Overridable for same-run comparisons:
+// scripts/bwd_device.py --variant NAME=FILE@-DSY_HOPPER_BWD_D64_STAGES=2
 #ifndef SY_HOPPER_BWD_D64_STAGES
-#if SY_HOPPER_BWD_DQ_TMA
-#define SY_HOPPER_BWD_D64_STAGES 2   // three stages and the dQ shares exceed 227 KiB
-#else
 #define SY_HOPPER_BWD_D64_STAGES 3
 #endif
+#ifndef SY_HOPPER_BWD_D64_TMA_STAGES
+#define SY_HOPPER_BWD_D64_TMA_STAGES 2
 #endif
 #ifndef SY_HOPPER_BWD_D128_STAGES
 #define SY_HOPPER_BWD_D128_STAGES 2
 #endif
-// dQ per warpgroup (1): each warpgroup multiplies only its own 64 keys of dS into the tile's whole dQ and
-// adds it, so the two warpgroups never wait for each other (0: both warpgroups' dS^T, one barrier of
-// 256 threads per tile, half of dQ each). Twice the dq_accum adds.
-#ifndef SY_HOPPER_BWD_DQ_OWN
-#define SY_HOPPER_BWD_DQ_OWN 0
-#endif
-// The preprocess zeroes dq_accum (no memset pass) and dQ's conversion reads 8 floats per thread (1);
-// 0: the generic preprocess, memset and reduce (the mma backward's).
-#ifndef SY_HOPPER_BWD_FUSED_PRE
-#define SY_HOPPER_BWD_FUSED_PRE 1
-#endif
-#if SY_HOPPER_BWD_DQ_TMA && !SY_HOPPER_BWD_FUSED_PRE
-#error "the tile-major dq_accum is read back by the fused path's dq_tiled_convert_kernel"
+// dQ through shared memory (1, FlashAttention-3's way): each consumer warpgroup stores its 64 x 64 fp32
+// share of the tile's dQ to shared memory and goes on; a warp of the producer warpgroup adds it to
+// dq_accum with one 16 KiB bulk reduce-add (the copy engine), so the consumers issue no atomics. dq_accum
+// is then tile-major (a share's 4096 floats contiguous in the registers' order) and read back by
+// dq_tiled_convert_kernel. Measured 1.04-1.18x the atomics (docs/notes-attention-bwd.md, session b1).
+// Varlen calls and the fp16 d = 64 kernels keep the atomics (red.global.add.v4 from the consumers): at
+// d = 64 the shares leave room for two query-tile stages only, and the fp16 causal and local kernels
+// then spilled 16 bytes. 0: the atomics everywhere (for same-run comparisons).
+#ifndef SY_HOPPER_BWD_DQ_TMA
+#define SY_HOPPER_BWD_DQ_TMA 1
 #endif
 
 namespace sy_attn {
@@ -77,7 +67,7 @@ constexpr int kVarlenFlag = 4;
 // thread, d = 128: dV, dK 64 fp32 each, S^T, dP^T 32 each, P^T, dS^T 16 b32 each, dQ 32; d = 64: dV,
 // dK 32, S^T, dP^T 64, P^T, dS^T 32, dQ 32. setmaxnreg gives 240; ptxas -v: no spill. Against 64-query
 // tiles at d = 64 the 128-query ones measured 1.1-1.2x (half the tiles, barriers and dQ adds per key).
-template <int kHeadDim_, int kStages_>
+template <int kHeadDim_, int kStages_, bool kDqViaSmem_>
 struct HopperBwdTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kConsumerWGs = 2;
@@ -100,12 +90,7 @@ struct HopperBwdTraits {
     // columns 64w.. of the 64-query tile, at d = 64 query rows 64w.. of the 128-query tile.
     static constexpr bool kDqSplitColumns = kHeadDim == 128;
     static constexpr int kDqKSteps = kBlockN / 16;
-    // SY_HOPPER_BWD_DQ_OWN: a warpgroup's dQ is the whole kBlockM x d tile over its own 64 keys,
-    // kBlockM / 64 m64 GEMMs of n = d; else a 64 x 64 share over all kBlockN keys.
-    static constexpr bool kDqOwnKeys = SY_HOPPER_BWD_DQ_OWN != 0;
-    static constexpr int kDqBlocks = kDqOwnKeys ? kBlockM / 64 : 1;
-    static constexpr int kDqRegs = kDqOwnKeys ? kHeadDim / 2 : 32;   // per m64 block
-    static constexpr bool kDqViaSmem = SY_HOPPER_BWD_DQ_TMA != 0 && !kDqOwnKeys;
+    static constexpr bool kDqViaSmem = kDqViaSmem_;   // SY_HOPPER_BWD_DQ_TMA
     static constexpr int kDqShareFloats = 64 * 64;                    // = kBlockM * kHeadDim / kConsumerWGs
     static constexpr int kDqSmemBytes = kDqViaSmem ? kConsumerWGs * kDqShareFloats * 4 : 0;
 
@@ -132,10 +117,9 @@ struct HopperBwdTraits {
     static_assert(kBlockM * kHeadDim == kConsumerWGs * kDqShareFloats, "a dQ share is 64 x 64");
 };
 
-// Named barriers (0 is __syncthreads): both consumer warpgroups' dS^T stored (256 threads); dQ per
-// warpgroup: its own dS^T stored (128); dQ through shared memory: share full, share empty (the warpgroup
-// and the dQ warp, 160).
-enum BwdNamedBarrier { kBarDs = 1, kBarDsOwn = 2, kBarDqFull = 4, kBarDqEmpty = 6 };
+// Named barriers (0 is __syncthreads): both consumer warpgroups' dS^T stored (256 threads); dQ through
+// shared memory: share w full, share w empty (warpgroup w and the dQ warp, 160).
+enum BwdNamedBarrier { kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 4 };
 constexpr int kDqBarThreads = 128 + 32;
 
 #ifdef SY_HOPPER_DEVICE_CODE
@@ -150,9 +134,12 @@ struct BwdSmem {
     unsigned char *k, *v;     // [kPanels][kBlockN][64], 128B-swizzled
     unsigned char *q, *dout;  // [kStages][kPanels][kBlockM][64]
     unsigned char *ds;        // [2][kBlockM / 64][kBlockN][64]: dS^T, 128B-swizzled like the tiles
-    float *dq;                // [kConsumerWGs][8][128 threads][4]: dQ shares (SY_HOPPER_BWD_DQ_TMA)
     float *lse, *delta;       // [kStages][kBlockM]: log2-scaled LSE (+inf on padding rows), D
     BwdBarriers<Tr> *bars;
+
+    // [kConsumerWGs][8][128 threads][4]: the dQ shares (SY_HOPPER_BWD_DQ_TMA), after dS^T (computed, not
+    // a member: the consumers keep the members in registers).
+    __device__ __forceinline__ float *dq() const { return reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes); }
 
     __device__ explicit BwdSmem(unsigned char *raw) {
         unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
@@ -161,7 +148,6 @@ struct BwdSmem {
         q = v + Tr::kKVBytes;
         dout = q + Tr::kStages * Tr::kQBytes;
         ds = dout + Tr::kStages * Tr::kQBytes;
-        dq = reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes);
         lse = reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes + Tr::kDqSmemBytes);
         delta = lse + Tr::kStages * Tr::kBlockM;
         bars = reinterpret_cast<BwdBarriers<Tr> *>(delta + Tr::kStages * Tr::kBlockM);
@@ -247,7 +233,7 @@ __device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, 
             named_bar_sync(kBarDqFull + w, kDqBarThreads);   // share w stored and fenced
             if (lane == 0) {
                 bulk_reduce_add_f32(gDqHead + (m * Tr::kConsumerWGs + w) * Tr::kDqShareFloats,
-                                    smem_addr(sm.dq + w * Tr::kDqShareFloats), Tr::kDqShareFloats * 4);
+                                    smem_addr(sm.dq() + w * Tr::kDqShareFloats), Tr::kDqShareFloats * 4);
                 bulk_commit();
             }
         }
@@ -281,7 +267,7 @@ struct BwdConsumer {
     float dV[Tr::kHeadDim / 2], dK[Tr::kHeadDim / 2];   // this warpgroup's 64 keys x d
     float s[Tr::kBlockM / 2], dp[Tr::kBlockM / 2];      // S^T then P^T; dP^T then dS^T (64 keys x kBlockM queries)
     uint32_t rP[Tr::kKStepsM][4], rdS[Tr::kKStepsM][4]; // P^T, dS^T as A fragments of dV, dK
-    float dq[Tr::kDqBlocks][Tr::kDqRegs];               // dQ: 64 queries x 64 columns, or (own keys) kBlockM x d
+    float dq[32];                                       // 64 queries x 64 columns of dQ
 
     __device__ BwdConsumer(const BwdSmem<Tr> &sm_, int wg_, float scale)
         : sm(sm_), wg(wg_), warp((threadIdx.x % 128) / 32), lane(threadIdx.x % 32), scale_log2(scale * kLog2e) {
@@ -402,36 +388,17 @@ struct BwdConsumer {
     // This warpgroup's 64 x 64 share of dQ = dS K (Traits::kDqSplitColumns): A = dS^T read MN-major
     // (queries contiguous; panel wg at d = 64), B = K MN-major (panel wg at d = 128).
     __device__ __forceinline__ void issue_dq(int buffer) {
-        if constexpr (Tr::kDqOwnKeys) {
-            // dQ[mb] = dS (queries 64 mb.., this warpgroup's keys) K (its keys, all d): A = dS^T MN-major from
-            // panel mb, rows 64 wg..; B = K MN-major, n = d over the 64-column panels (LBO).
-            const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + wg * Tr::kKeysPerWG * Tr::kRowBytes;
-            const uint32_t k_base = smem_addr(sm.k) + wg * Tr::kKeysPerWG * Tr::kRowBytes;
+        const int ds_panel = Tr::kDqSplitColumns ? 0 : wg, k_panel = Tr::kDqSplitColumns ? wg : 0;
+        const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + ds_panel * Tr::kDsPanelBytes;
+        const uint32_t k_base = smem_addr(sm.k) + k_panel * Tr::kKVPanelBytes;
+        fence_regs(dq);
+        wgmma_fence();
 #pragma unroll
-            for (int mb = 0; mb < Tr::kDqBlocks; ++mb) fence_regs(dq[mb]);
-            wgmma_fence();
-#pragma unroll
-            for (int mb = 0; mb < Tr::kDqBlocks; ++mb)
-#pragma unroll
-                for (int kk = 0; kk < Tr::kKeysPerWG / 16; ++kk)
-                    GemmHead::template ss<1, 1>(
-                        dq[mb],
-                        smem_desc(ds_base + mb * Tr::kDsPanelBytes + kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
-                        smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes), kk > 0);
-            wgmma_commit();
-        } else {
-            const int ds_panel = Tr::kDqSplitColumns ? 0 : wg, k_panel = Tr::kDqSplitColumns ? wg : 0;
-            const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + ds_panel * Tr::kDsPanelBytes;
-            const uint32_t k_base = smem_addr(sm.k) + k_panel * Tr::kKVPanelBytes;
-            fence_regs(dq[0]);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < Tr::kDqKSteps; ++kk)
-                GemmDq::template ss<1, 1>(dq[0], smem_desc(ds_base + kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
-                                          smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes),
-                                          kk > 0);
-            wgmma_commit();
-        }
+        for (int kk = 0; kk < Tr::kDqKSteps; ++kk)
+            GemmDq::template ss<1, 1>(dq, smem_desc(ds_base + kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
+                                      smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes),
+                                      kk > 0);
+        wgmma_commit();
     }
 
     // The i-th query tile this block walks. Each GEMM is issued as soon as its operands exist and waited
@@ -449,60 +416,37 @@ struct BwdConsumer {
         wgmma_wait<1>();   // dP^T done; dV may still run
         fence_regs(dp);
         compute_ds(stage);
-        if constexpr (Tr::kDqOwnKeys) {
-            issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q, under the store and the barrier
-            store_ds(buffer);
-            fence_proxy_async_shared();
-            // Only this warpgroup's dS^T rows are read: a barrier of its own 128 threads (ids 2, 3).
-            named_bar_sync(kBarDsOwn + wg, 128);
-            // dV and dK done before dQ's 64-register accumulator goes live (with P^T, dS^T in flight as
-            // well ptxas serialised the wgmma at d = 128: C7512); the stage's Q and dO are free.
-            wgmma_wait<0>();
-            fence_regs(dV);
-            fence_regs(rP);
-            fence_regs(dK);
-            fence_regs(rdS);
-            mbar_arrive(smem_addr(&sm.bars->q_empty[stage]));
-            issue_dq(buffer);
-            wgmma_wait<0>();
+        store_ds(buffer);
+        // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
+        fence_proxy_async_shared();
+        named_bar_sync(kBarDs, 256);
+        issue_dq(buffer);
+        issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
+        wgmma_wait<1>();   // dV and dQ done; dK may still run
+        fence_regs(dV);
+        fence_regs(rP);
+        fence_regs(dq);
+        if constexpr (kDqTma) {
+            // The share in the registers' order: n8 tile nt of thread t as float4 nt * 128 + t (a
+            // warp's 32 stores are 512 contiguous bytes: no bank conflict).
+            named_bar_sync(kBarDqEmpty + wg, kDqBarThreads);
+            float4 *share = reinterpret_cast<float4 *>(sm.dq() + wg * Tr::kDqShareFloats) + threadIdx.x % 128;
 #pragma unroll
-            for (int mb = 0; mb < Tr::kDqBlocks; ++mb) {
-                fence_regs(dq[mb]);
-                atomic_add_rows(gDqHead, Tr::kHeadDim, m0 + mb * 64 + warp * 16, seqlen_q, tiles(dq[mb]), lane);
-            }
+            for (int nt = 0; nt < 8; ++nt)
+                share[nt * 128] = make_float4(tiles(dq)[nt][0], tiles(dq)[nt][1], tiles(dq)[nt][2],
+                                              tiles(dq)[nt][3]);
+            fence_proxy_async_shared();
+            named_bar_arrive(kBarDqFull + wg, kDqBarThreads);
         } else {
-            store_ds(buffer);
-            // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
-            fence_proxy_async_shared();
-            named_bar_sync(kBarDs, 256);
-            issue_dq(buffer);
-            issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
-            wgmma_wait<1>();   // dV and dQ done; dK may still run
-            fence_regs(dV);
-            fence_regs(rP);
-            fence_regs(dq[0]);
-            if constexpr (kDqTma) {
-                // The share in the registers' order: n8 tile nt of thread t as float4 nt * 128 + t (a
-                // warp's 32 stores are 512 contiguous bytes: no bank conflict).
-                named_bar_sync(kBarDqEmpty + wg, kDqBarThreads);
-                float4 *share = reinterpret_cast<float4 *>(sm.dq + wg * Tr::kDqShareFloats) + threadIdx.x % 128;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-                    share[nt * 128] = make_float4(tiles(dq[0])[nt][0], tiles(dq[0])[nt][1], tiles(dq[0])[nt][2],
-                                                  tiles(dq[0])[nt][3]);
-                fence_proxy_async_shared();
-                named_bar_arrive(kBarDqFull + wg, kDqBarThreads);
-            } else {
-                // This warp's 16 rows of the warpgroup's 64 x 64 share.
-                const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
-                const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
-                atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq[0]), lane);
-            }
-            wgmma_wait<0>();   // dK done: the stage's Q and dO are free
-            fence_regs(dK);
-            fence_regs(rdS);
-            mbar_arrive(smem_addr(&sm.bars->q_empty[stage]));
+            // This warp's 16 rows of the warpgroup's 64 x 64 share.
+            const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
+            const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
+            atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
         }
+        wgmma_wait<0>();   // dK done: the stage's Q and dO are free
+        fence_regs(dK);
+        fence_regs(rdS);
+        mbar_arrive(smem_addr(&sm.bars->q_empty[stage]));
     }
 
     // dK carries the softmax scale (S = scale * Q K^T); dV does not. GQA: fp32 per query head, summed later.
@@ -627,29 +571,19 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     constexpr bool kDqTiled = Tr::kDqViaSmem && !kVarlen;
     const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * (kDqTiled ? rows_per_head : p.seqlen_q) *
                             Tr::kHeadDim * sizeof(float);
-#if SY_HOPPER_BWD_FUSED_PRE
     if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk) return status;
-#else
-    if ((status = launch_preprocess<T>(p, rows_per_head, stream)) != kOk) return status;
-    if ((err = cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream)) != cudaSuccess) return static_cast<int>(err);
-#endif
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
     dim3 grid(ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
 
-#if SY_HOPPER_BWD_FUSED_PRE
     if (kDqTiled)
         status = launch_dq_tiled_convert<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q, rows_per_head,
                                             Tr::kHeadDim, p.scale, stream);
     else
         status = launch_dq_convert<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, p.seqlen_q, Tr::kHeadDim, p.scale,
                                   kVarlen, stream);
-#else
-    status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim, p.scale,
-                              stream);
-#endif
     if (status != kOk || p.heads_q == p.heads_kv) return status;   // the kernel wrote dk and dv itself
     const int group = p.heads_q / p.heads_kv;
     status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, map_batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim,
@@ -673,8 +607,10 @@ template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     const int rows_per_head = ceil_div(p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) *
                               SY_ATTN_BWD_ROW_ALIGN;
-    using TraitsD64 = HopperBwdTraits<64, SY_HOPPER_BWD_D64_STAGES>;
-    using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES>;
+    // dQ through shared memory except fp16 at d = 64 (SY_HOPPER_BWD_DQ_TMA says why).
+    constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
+    using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
+    using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
                                 : launch_causal<TraitsD128, T, kVarlenFlag>(p, rows_per_head, stream);
