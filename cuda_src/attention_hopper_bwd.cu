@@ -54,11 +54,6 @@
 #ifndef SY_HOPPER_BWD_DQ_TMA
 #define SY_HOPPER_BWD_DQ_TMA 1
 #endif
-// dK issued before the dS^T barrier (1): it needs only this warpgroup's registers, so the tensor cores
-// have it while the warpgroup stores dS^T and waits for the other one; 0: after dQ.
-#ifndef SY_HOPPER_BWD_DK_FIRST
-#define SY_HOPPER_BWD_DK_FIRST 0
-#endif
 
 namespace sy_attn {
 namespace {
@@ -421,18 +416,13 @@ struct BwdConsumer {
         wgmma_wait<1>();   // dP^T done; dV may still run
         fence_regs(dp);
         compute_ds(stage);
-        if (SY_HOPPER_BWD_DK_FIRST) issue_head_gemm(dK, rdS, sm.q, stage);   // dK += dS^T Q
         store_ds(buffer);
         // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
         fence_proxy_async_shared();
         named_bar_sync(kBarDs, 256);
         issue_dq(buffer);
-        if (SY_HOPPER_BWD_DK_FIRST) {
-            wgmma_wait<0>();   // dV, dK and dQ done
-        } else {
-            issue_head_gemm(dK, rdS, sm.q, stage);   // dK += dS^T Q
-            wgmma_wait<1>();   // dV and dQ done; dK may still run
-        }
+        issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
+        wgmma_wait<1>();   // dV and dQ done; dK may still run
         fence_regs(dV);
         fence_regs(rP);
         fence_regs(dq);
