@@ -225,17 +225,47 @@ __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap
 
 // ---- the dQ warp (SY_HOPPER_BWD_DQ_TMA): shares to dq_accum by bulk reduce-adds ---------------------
 // gDqHead: the head's tile-major dq_accum; tile m's share w is the 4096 floats at (m * 2 + w) * 4096.
-template <class Tr>
-__device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, int m_first, int m_total, int lane) {
+// Deterministic calls (sems: the head's per-tile counters, zeroed): the key blocks add a query tile's
+// shares in a fixed order, so every run sums dQ in the same order. Without a band ascending key blocks
+// (all see every tile); with one descending from the last block that sees the tile (the diagonal's
+// block reaches a tile first: its own first tile), and the grid launches high key blocks first
+// (hopper_bwd_kernel), so a block only ever waits for blocks launched before it: no deadlock.
+template <class Tr, int kMode>
+__device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, int m_first, int m_total, int lane,
+                                         int *sems, int n_block, const Sequence &seq) {
     for (int m = m_first; m < m_total; ++m) {
 #pragma unroll
         for (int w = 0; w < Tr::kConsumerWGs; ++w) {
             named_bar_sync(kBarDqFull + w, kDqBarThreads);   // share w stored and fenced
+            if (sems != nullptr && w == 0 && lane == 0) {
+                int turn = n_block;
+                if constexpr ((kMode & 3) != kBandNone) {
+                    const int row0 = m * Tr::kBlockM, row1 = min(row0 + Tr::kBlockM, seq.len_q) - 1;
+                    turn = band_blocks(row0, row1, seq.len_k, Tr::kBlockN, seq.band).end - 1 - n_block;
+                }
+                // Acquire: the previous block's adds (completed before its release) come first. A turn that
+                // never comes would hang the GPU: after ~2^24 polls (seconds) trap instead (an error, not a hang).
+                for (uint32_t polls = 0; ld_acquire_gpu(sems + m) != turn; ++polls) {
+                    if (polls > (1u << 24)) __trap();
+                    __nanosleep(64);
+                }
+            }
             if (lane == 0) {
                 bulk_reduce_add_f32(gDqHead + (m * Tr::kConsumerWGs + w) * Tr::kDqShareFloats,
                                     smem_addr(sm.dq() + w * Tr::kDqShareFloats), Tr::kDqShareFloats * 4);
                 bulk_commit();
             }
+        }
+        if (sems != nullptr) {
+            // Both adds performed at L2 (not only read) before the next block's turn: release.
+            if (lane == 0) {
+                bulk_wait_all();
+                red_release_gpu_add(sems + m, 1);
+            }
+            __syncwarp();
+            named_bar_arrive(kBarDqEmpty + 0, kDqBarThreads);
+            named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
+            continue;
         }
         // Share w may be overwritten once the copy engine has read it (not yet added it).
         if (lane == 0) bulk_wait_read<1>();
@@ -477,7 +507,10 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const BwdSmem<Tr> sm(smem_raw);
-    const int n0 = blockIdx.x * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
+    // Deterministic with a band: high key blocks first (write_dq says why; never varlen).
+    constexpr bool kReversible = (kMode & 3) != kBandNone && (kMode & kVarlenFlag) == 0;
+    const int n_block = kReversible && p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int n0 = n_block * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
     // Varlen: the grid covers max_seqlen_k keys of every sequence; a block past its sequence's keys has
     // nothing to do (the whole block leaves before any barrier exists).
     if ((kMode & kVarlenFlag) != 0 && n0 >= sequence_of<kMode>(p, b, band).len_k) return;
@@ -509,8 +542,14 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         } else if (Tr::kDqViaSmem && (kMode & kVarlenFlag) == 0 && threadIdx.x / 32 == 1) {
             const Sequence seq = sequence_of<kMode>(p, b, band);
             const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
-            write_dq<Tr>(sm, p.dq_accum + bwd_row_index(p, b, h, 0, rows_per_head) * Tr::kHeadDim, queries.begin,
-                         queries.end, threadIdx.x % 32);
+            // Deterministic: the per-tile counters after the tile-major dq_accum (attention_api.h).
+            const int tiles_per_head = rows_per_head / Tr::kBlockM;
+            int *sems = p.deterministic ? reinterpret_cast<int *>(p.dq_accum + int64_t(p.batch) * p.heads_q *
+                                                                                   rows_per_head * Tr::kHeadDim) +
+                                              (int64_t(b) * p.heads_q + h) * tiles_per_head
+                                        : nullptr;
+            write_dq<Tr, kMode>(sm, p.dq_accum + bwd_row_index(p, b, h, 0, rows_per_head) * Tr::kHeadDim, queries.begin,
+                                queries.end, threadIdx.x % 32, sems, n_block, seq);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
@@ -572,6 +611,11 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * (kDqTiled ? rows_per_head : p.seqlen_q) *
                             Tr::kHeadDim * sizeof(float);
     if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk) return status;
+    if (p.deterministic) {   // the per-tile counters after dq_accum (only tile-major launches get here)
+        const size_t sem_bytes = static_cast<size_t>(p.batch) * p.heads_q * (rows_per_head / Tr::kBlockM) * sizeof(int);
+        if ((err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, sem_bytes, stream)) != cudaSuccess)
+            return static_cast<int>(err);
+    }
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
     dim3 grid(ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
@@ -627,7 +671,10 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     if (status != kOk) return status;
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
-    if (p.dtype == SY_ATTN_F32 || p.deterministic) return kUnsupported;
+    if (p.dtype == SY_ATTN_F32) return kUnsupported;
+    // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
+    if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64)))
+        return kUnsupported;
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     if (!p.lse_log2 || !p.dq_accum) return kInvalid;

@@ -74,6 +74,16 @@ __device__ __forceinline__ void bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// A counter in global memory other blocks wait on (the deterministic backward's per-tile turns):
+// acquire load and release add at GPU scope.
+__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_gpu_add(int *p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
 // This thread's generic-proxy shared-memory stores become visible to the async proxy (wgmma operands
 // read through descriptors) once the threads that wgmma's warpgroup waits for have synchronised.
 __device__ __forceinline__ void fence_proxy_async_shared() {
