@@ -208,9 +208,9 @@ def timing(sizes, log, ours, variants=None):
     return rows
 
 
-def profile(log, variants, n=4096):
-    """Per-kernel GPU time of one forward+backward (bf16, not causal) for `hopper` and each variant: where
-    the backward's time goes (preprocess, memset, the kernel, the dQ conversion)."""
+def profile(log, variants, n=4096, causal=False):
+    """Per-kernel GPU time of one forward+backward (bf16) for `hopper` and each variant: where the
+    backward's time goes (preprocess, memset, the kernel, the dQ conversion)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
     arch = cuda.device_arch()
@@ -224,11 +224,13 @@ def profile(log, variants, n=4096):
             cuda._libs[arch] = variants.get(name, main_lib)
             try:
                 for _ in range(2):
-                    torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, kernel="hopper"), leaves, dout)
+                    torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, kernel="hopper", is_causal=causal),
+                                        leaves, dout)
                 torch.cuda.synchronize()
                 with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(3):
-                        torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, kernel="hopper"), leaves, dout)
+                        torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, kernel="hopper", is_causal=causal),
+                                            leaves, dout)
                     torch.cuda.synchronize()
             finally:
                 cuda._libs[arch] = main_lib
@@ -237,7 +239,7 @@ def profile(log, variants, n=4096):
                 if ev.device_type.name == "CUDA" or getattr(ev, "self_device_time_total", 0):
                     key = ev.key.split("<")[0].split("(")[0][-40:]
                     times[key] = times.get(key, 0) + ev.self_device_time_total / 3
-            line = f"profile d={d} N={n} {name}: " + ", ".join(f"{k} {v:.0f}us" for k, v in
+            line = f"profile d={d} N={n} causal={causal:d} {name}: " + ", ".join(f"{k} {v:.0f}us" for k, v in
                                                                sorted(times.items(), key=lambda kv: -kv[1]) if v > 1)
             lines.append(line)
             log(line)
@@ -330,7 +332,10 @@ def main():
     ap.add_argument("--table", default=None, help="print the fwd+bwd rows of a bench JSON and exit")
     ap.add_argument("--out", default=".")
     ap.add_argument("--only-hopper", action="store_true", help="time and check hopper (and variants) only, not mma")
-    ap.add_argument("--profile", action="store_true", help="per-kernel times of one fwd+bwd per variant (N=4096)")
+    ap.add_argument("--profile", action="store_true", help="per-kernel times of one fwd+bwd per variant")
+    ap.add_argument("--profile-n", type=int, default=4096)
+    ap.add_argument("--profile-causal", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="time every cell this many times (tables one after another)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=path/to/attention_hopper_bwd.cu: another version of the hopper backward, timed beside")
     args = ap.parse_args()
@@ -357,11 +362,16 @@ def main():
                    variants)
         print(f"check {'passed' if ok else 'FAILED'} {time.time() - t0:.0f}s", flush=True)
     sweep_lines = sweep(log) if args.sweep else []
-    profile_lines = profile(log, variants) if args.profile and hopper else []
+    profile_lines = profile(log, variants, args.profile_n, args.profile_causal) if args.profile and hopper else []
     ours = mma + (("hopper", "hopper-det") + tuple(variants) if hopper else ())
-    rows = timing(args.sizes, log, ours, variants)
+    tables = [timing(args.sizes, log, ours, variants) for _ in range(args.repeat)]
     for line in sweep_lines + profile_lines:
         print(line)
+    for rows in tables:
+        print_table(rows, ours)
+
+
+def print_table(rows, ours):
     print("\nfwd+bwd TFLOP/s (3.5x fwd FLOPs) | bwd-only TFLOP/s (2.5x, fwd+bwd time minus fwd time) | extra MiB")
     print(f"{'d':>4} {'N':>6} {'causal':>6} | " + " | ".join(f"{k:>20}" for k in ("flash", "cudnn") + ours)
           + " | " + " ".join(f"{k}/cudnn" for k in ours))
