@@ -237,7 +237,8 @@ def profile(log, variants, n=4096, causal=False):
             times = {}
             for ev in prof.key_averages():
                 if ev.device_type.name == "CUDA" or getattr(ev, "self_device_time_total", 0):
-                    key = ev.key.split("<")[0].split("(")[0][-40:]
+                    # "void sy_attn::(anonymous namespace)::hopper_bwd_kernel<...>(...)": the function's own name
+                    key = ev.key.replace("(anonymous namespace)::", "").split("<")[0].split("(")[0][-40:]
                     times[key] = times.get(key, 0) + ev.self_device_time_total / 3
             line = f"profile d={d} N={n} causal={causal:d} {name}: " + ", ".join(f"{k} {v:.0f}us" for k, v in
                                                                sorted(times.items(), key=lambda kv: -kv[1]) if v > 1)
