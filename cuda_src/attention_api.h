@@ -85,6 +85,10 @@ const char *sy_attn_error_string(int status);
      mma:   delta and lse_log2 (B, Hq, Nq rounded up to SY_ATTN_BWD_ROW_ALIGN); dq_accum
             (B, Hq, Nq, d) unless deterministic; dk_accum and dv_accum (B, Hq, Nk, d) only when
             Hq != Hkv (otherwise NULL: dK and dV go straight to dk and dv).
+     hopper: as mma, but dq_accum (B, Hq, Nq rounded up to SY_ATTN_BWD_ROW_ALIGN, d) (its layout
+            inside is the kernel's own) also when deterministic, then followed by B * Hq * (Nq rounded
+            up) / 64 ints (per-tile counters); deterministic needs bf16 or d = 128 and no varlen
+            (else SY_EUNSUPPORTED); varlen as below.
    deterministic: dQ by a separate query-block pass (no atomics), so two runs give identical bits.
    Head dims 64 and 128; a mask tile by tile (mma, hopper: the fields below). mma also needs q, k, v,
    dout rows 16-byte aligned and dq, dk, dv rows 4-byte aligned. */

@@ -110,6 +110,121 @@ int launch_reduce_dk_dv(const sy_attn_bwd_params &p, int head_dim, cudaStream_t 
     return launch_reduce<T>(p.dv_accum, p.dv, p.dv_strides, p.batch, p.heads_kv, group, p.seqlen_k, head_dim, 1.f, stream);
 }
 
+// ---- the hopper backward's preprocess: D, the log2 LSE and dq_accum's zeros in one pass ---------------
+// The same rows as preprocess_kernel, but kHeadDim / 8 lanes per row, each loading 16 bytes of O and
+// of dO (one vector load instead of kHeadDim / 32 two-byte loads per lane) and writing 8 zero floats of
+// the row's dq_accum (the memset launch it replaces wrote the same bytes in a pass of its own).
+// Needs O and dO rows 16-byte aligned (launch_preprocess_zero_dq checks and otherwise falls back).
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kPreprocessThreads)
+preprocess_vec_kernel(const sy_attn_bwd_params p, int rows_per_head, bool dq_tiled) {
+    constexpr int kLanes = kHeadDim / 8, kRowsPerBlock = kPreprocessThreads / kLanes;
+    const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kLanes, sub = threadIdx.x % kLanes;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (row >= rows_per_head) return;   // rows_per_head is a multiple of kRowsPerBlock: whole groups leave
+    const int64_t out = bwd_row_index(p, b, h, row, rows_per_head);
+    int len_q = p.seqlen_q, row0 = 0, head_b = b;
+    int64_t lse_at = bwd_row_index(p, b, h, row, p.seqlen_q), dq_row = lse_at;
+    if (p.cu_seqlens_q) {
+        row0 = p.cu_seqlens_q[b];
+        len_q = p.cu_seqlens_q[b + 1] - row0;
+        head_b = 0;
+        lse_at = dq_row = static_cast<int64_t>(h) * p.seqlen_q + row0 + row;
+    }
+    const bool real = row < len_q;
+    // Row-major dq_accum: the sequence's rows; tile-major (hopper's dQ through shared memory): every one
+    // of the head's rows_per_head * d floats, in any order.
+    if (dq_tiled || real) {
+        float4 *dq = reinterpret_cast<float4 *>(p.dq_accum + (dq_tiled ? out : dq_row) * kHeadDim + sub * 8);
+        dq[0] = dq[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float sum = 0.f;
+    if (real) {
+        const T *o = head_base(static_cast<const T *>(p.o), p.o_strides, head_b, h) + int64_t(row0 + row) * p.o_strides[2];
+        const T *dout = head_base(static_cast<const T *>(p.dout), p.dout_strides, head_b, h) +
+                        int64_t(row0 + row) * p.dout_strides[2];
+        const uint4 ov = *reinterpret_cast<const uint4 *>(o + sub * 8), dv = *reinterpret_cast<const uint4 *>(dout + sub * 8);
+        const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 a = MmaOp<T>::unpack(ow[i]), c = MmaOp<T>::unpack(dw[i]);
+            sum += a.x * c.x + a.y * c.y;
+        }
+    }
+#pragma unroll
+    for (int offset = kLanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (sub == 0) {
+        p.delta[out] = real ? sum : 0.f;
+        const float lse = real ? p.lse[lse_at] : INFINITY;
+        p.lse_log2[out] = isfinite(lse) ? lse * kLog2e : INFINITY;
+    }
+}
+
+// A (B, H, N, d) view whose rows start 16-byte aligned (the batch stride is unused in a varlen call).
+inline bool rows_aligned16(const void *ptr, const int64_t strides[3], bool varlen) {
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+    for (int i = varlen ? 1 : 0; i < 3; ++i)
+        if (strides[i] % 8 != 0) return false;
+    return true;
+}
+
+// D, lse_log2 and dq_accum (B, Hq, Nq, d) zeroed (varlen: (Hq, total_q, d)); falls back to the
+// warp-per-row preprocess and a memset where O or dO rows are not 16-byte aligned.
+template <typename T>
+int launch_preprocess_zero_dq(const sy_attn_bwd_params &p, int rows_per_head, size_t dq_bytes, bool dq_tiled,
+                              cudaStream_t stream) {
+    const bool varlen = p.cu_seqlens_q != nullptr;
+    if (!rows_aligned16(p.o, p.o_strides, varlen) || !rows_aligned16(p.dout, p.dout_strides, varlen) ||
+        (p.head_dim != 64 && p.head_dim != 128)) {
+        const cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream);
+        if (err != cudaSuccess) return static_cast<int>(err);
+        return launch_preprocess<T>(p, rows_per_head, stream);
+    }
+    const int rows_per_block = kPreprocessThreads / (p.head_dim / 8);
+    dim3 grid(ceil_div(rows_per_head, rows_per_block), p.heads_q, p.batch);
+    if (p.head_dim == 64)
+        preprocess_vec_kernel<T, 64><<<grid, kPreprocessThreads, 0, stream>>>(p, rows_per_head, dq_tiled);
+    else
+        preprocess_vec_kernel<T, 128><<<grid, kPreprocessThreads, 0, stream>>>(p, rows_per_head, dq_tiled);
+    return launch_status();
+}
+
+// ---- dQ: scale * dq_accum (rows, d) fp32 -> dq in T, 8 elements per thread -------------------------
+// dq_accum rows are (B, Hq, Nq) in order (varlen: (Hq, total_q), batch 1); each thread reads two float4
+// and writes one 16-byte vector of T: 32-bit index arithmetic once per 8 elements instead of the generic
+// reduce's 64-bit divisions per element. Needs dq rows 16-byte aligned (launch_dq_convert checks).
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kReduceThreads)
+dq_convert_kernel(const float *src, T *dst, int64_t s0, int64_t s1, int64_t s2, int heads, int n_rows, int total,
+                  float scale) {
+    constexpr int kChunks = kHeadDim / 8;
+    const int idx = blockIdx.x * kReduceThreads + threadIdx.x;
+    if (idx >= total) return;
+    const int row = idx / kChunks, c = (idx % kChunks) * 8;
+    const int n = row % n_rows, bh = row / n_rows;
+    const float4 *s = reinterpret_cast<const float4 *>(src + static_cast<int64_t>(row) * kHeadDim + c);
+    const float4 a = s[0], b = s[1];
+    uint4 packed;
+    packed.x = MmaOp<T>::pack(a.x * scale, a.y * scale);
+    packed.y = MmaOp<T>::pack(a.z * scale, a.w * scale);
+    packed.z = MmaOp<T>::pack(b.x * scale, b.y * scale);
+    packed.w = MmaOp<T>::pack(b.z * scale, b.w * scale);
+    *reinterpret_cast<uint4 *>(dst + (bh / heads) * s0 + (bh % heads) * s1 + n * s2 + c) = packed;
+}
+
+template <typename T>
+int launch_dq_convert(const float *src, void *dst, const int64_t strides[3], int batch, int heads, int n_rows,
+                      int head_dim, float scale, bool varlen, cudaStream_t stream) {
+    const int64_t total = static_cast<int64_t>(batch) * heads * n_rows * (head_dim / 8);
+    if ((head_dim != 64 && head_dim != 128) || !rows_aligned16(dst, strides, varlen) || total >= (int64_t(1) << 31))
+        return launch_reduce<T>(src, dst, strides, batch, heads, 1, n_rows, head_dim, scale, stream);
+    const int blocks = static_cast<int>((total + kReduceThreads - 1) / kReduceThreads);
+    auto kernel = head_dim == 64 ? dq_convert_kernel<T, 64> : dq_convert_kernel<T, 128>;
+    kernel<<<blocks, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), varlen ? 0 : strides[0], strides[1],
+                                                  strides[2], heads, n_rows, static_cast<int>(total), scale);
+    return launch_status();
+}
+
 // ---- accumulator tiles to global memory (the mma and hopper backwards) -------------------------------------
 // mma.sync's m16n8 accumulator and each warp's 16 rows of a wgmma m64nN accumulator share one layout.
 // Where a lane's m16n8 accumulator elements sit: element c (0..3) of n8 tile nt is in column
@@ -127,6 +242,41 @@ __device__ __forceinline__ void store_pair(T *dst, float lo, float hi) {
 template <>
 __device__ __forceinline__ void store_pair<float>(float *dst, float lo, float hi) {
     *reinterpret_cast<float2 *>(dst) = make_float2(lo, hi);
+}
+
+// dQ from the hopper backward's tile-major dq_accum (SY_HOPPER_BWD_DQ_TMA): per head rows_per_head / kBlockM
+// tiles (kBlockM = 64 at d = 128, 128 at d = 64), each two 64 x 64 shares (d = 128: columns 64 w..; d = 64:
+// rows 64 w..), a share 8 x 128 float4 in the accumulator's order: float4 nt * 128 + t holds thread t's
+// n8 tile nt, i.e. columns 8 nt + 2 (t % 4) + {0, 1} of rows 16 (t / 32) + (t % 32) / 4 (+ 8). One thread
+// per float4: a coalesced 16-byte read, two 4-byte writes.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kReduceThreads)
+dq_tiled_convert_kernel(const float *src, T *dst, int64_t s0, int64_t s1, int64_t s2, int heads, int seqlen_q,
+                        int rows_per_head, int total, float scale) {
+    const int idx = blockIdx.x * kReduceThreads + threadIdx.x;
+    if (idx >= total) return;
+    constexpr int kShare = 64 * 64 / 4, kBlockM = kHeadDim == 64 ? 128 : 64;
+    const int per_head = rows_per_head * kHeadDim / 4;
+    const int bh = idx / per_head, in_head = idx % per_head;
+    const int tile = in_head / (2 * kShare), w = (in_head / kShare) % 2, nt = (in_head % kShare) / 128, t = in_head % 128;
+    const int r = 16 * (t / 32) + (t % 32) / 4, c = 8 * nt + 2 * (t % 4);
+    const int row = tile * kBlockM + (kHeadDim == 64 ? 64 * w : 0) + r, col = (kHeadDim == 64 ? 0 : 64 * w) + c;
+    const float4 v = reinterpret_cast<const float4 *>(src)[idx];
+    T *base = dst + (bh / heads) * s0 + (bh % heads) * s1 + col;
+    if (row < seqlen_q) store_pair(base + row * s2, v.x * scale, v.y * scale);
+    if (row + 8 < seqlen_q) store_pair(base + (row + 8) * s2, v.z * scale, v.w * scale);
+}
+
+template <typename T>
+int launch_dq_tiled_convert(const float *src, void *dst, const int64_t strides[3], int batch, int heads, int seqlen_q,
+                            int rows_per_head, int head_dim, float scale, cudaStream_t stream) {
+    const int64_t total = static_cast<int64_t>(batch) * heads * rows_per_head * head_dim / 4;
+    if (total >= (int64_t(1) << 31)) return kUnsupported;
+    const int blocks = static_cast<int>((total + kReduceThreads - 1) / kReduceThreads);
+    auto kernel = head_dim == 64 ? dq_tiled_convert_kernel<T, 64> : dq_tiled_convert_kernel<T, 128>;
+    kernel<<<blocks, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), strides[0], strides[1], strides[2], heads,
+                                                  seqlen_q, rows_per_head, static_cast<int>(total), scale);
+    return launch_status();
 }
 
 // Store an m16 x (kNTiles * 8) accumulator tile (rows row0 + lane/4 (+8)) to a (rows, d) head slice

@@ -11,194 +11,60 @@
 // completing on mbarriers; one producer thread issues it while two consumer warpgroups compute, each
 // owning 64 of the block's 128 keys (wgmma's M is 64 per warpgroup). Each GEMM is issued as soon as its
 // operands exist and waited for only when its result is needed, so it runs under the issuing
-// warpgroup's own work (dP^T under P^T's exponentials, dV under dS^T, dK under the dQ atomics) and
+// warpgroup's own work (dP^T under P^T's exponentials, dV under dS^T, dK under the dQ share's store) and
 // under the other warpgroup's.
 //
-// dQ: fp32 atomics into dq_accum (B, Hq, Nq, d), each element added once per query tile and key block
-// (128 keys): each warpgroup multiplies all 128 keys of dS into a 64 x 64 share of the tile's dQ (both
-// warpgroups' dS^T in shared memory: one named barrier per tile). Kernels per call: preprocess
-// (attention_bwd_common.cuh), this one, then reduce (dq_accum * scale -> dq; dK, dV summed over a GQA
-// group).
+// dQ: each warpgroup multiplies all 128 keys of dS into a 64 x 64 fp32 share of the tile's dQ (both
+// warpgroups' dS^T in shared memory: one named barrier per tile), stores it to shared memory, and a
+// warp of the producer warpgroup adds it to dq_accum with one bulk reduce-add (hopper_bwd_pipeline.cuh);
+// varlen calls and fp16 at d = 64 add it with red.global.add.v4 atomics instead (SY_HOPPER_BWD_DQ_TMA).
+// Each element of dQ is added once per query tile and key block (128 keys). Kernels per call: preprocess
+// (D, the log2 LSE and dq_accum's zeros; attention_bwd_common.cuh), this one, then the dQ conversion
+// (dq_accum * scale -> dq) and, for GQA, the dK, dV sums over a group.
 //
 // The sm_90a body exists only where the arch-specific features do (as in attention_hopper.cu); the
-// launcher answers SY_EUNSUPPORTED elsewhere, and for deterministic calls (the mma backward's separate
-// dQ pass serves those).
-#include "attention_band.cuh"
-#include "attention_bwd_common.cuh"
-#include "hopper_primitives.cuh"
-#include "softmax.cuh"   // fast_exp2
+// launcher answers SY_EUNSUPPORTED elsewhere, and for the deterministic calls it cannot order (varlen,
+// fp16 at d = 64: the mma backward's separate dQ pass serves those).
+#include "hopper_bwd_pipeline.cuh"   // traits, shared memory, the producer warpgroup
+#include "softmax.cuh"                // fast_exp2
 
 // Query-tile stages per head dim, measured (bf16, H100, same run, docs/notes-attention-bwd.md): d = 64
-// three (same speed not causal, +1-4 % causal, and the two-stage build spilled 40 bytes in one fp16
-// instantiation); d = 128 two (three: +5 % not causal, -7 % causal at N = 4096). Overridable for
-// same-run comparisons: scripts/bwd_device.py --variant NAME=FILE@-DSY_HOPPER_BWD_D64_STAGES=2
+// three with the atomics (same speed not causal, +1-4 % causal, and the two-stage build spilled 40 bytes
+// in one fp16 instantiation), two with dQ through shared memory (three and the dQ shares exceed
+// 227 KiB); d = 128 two (three: +5 % not causal, -7 % causal at N = 4096; with dQ through shared memory
+// -6 % not causal). Overridable for same-run comparisons:
+// scripts/bwd_device.py --variant NAME=FILE@-DSY_HOPPER_BWD_D64_STAGES=2
 #ifndef SY_HOPPER_BWD_D64_STAGES
 #define SY_HOPPER_BWD_D64_STAGES 3
 #endif
+#ifndef SY_HOPPER_BWD_D64_TMA_STAGES
+#define SY_HOPPER_BWD_D64_TMA_STAGES 2
+#endif
 #ifndef SY_HOPPER_BWD_D128_STAGES
 #define SY_HOPPER_BWD_D128_STAGES 2
+#endif
+// dQ through shared memory (1, FlashAttention-3's way): each consumer warpgroup stores its 64 x 64 fp32
+// share of the tile's dQ to shared memory and goes on; a warp of the producer warpgroup adds it to
+// dq_accum with one 16 KiB bulk reduce-add (the copy engine), so the consumers issue no atomics. dq_accum
+// is then tile-major (a share's 4096 floats contiguous in the registers' order) and read back by
+// dq_tiled_convert_kernel. Measured 1.04-1.18x the atomics (docs/notes-attention-bwd.md, session b1).
+// Varlen calls and the fp16 d = 64 kernels keep the atomics (red.global.add.v4 from the consumers): at
+// d = 64 the shares leave room for two query-tile stages only, and the fp16 causal and local kernels
+// then spilled 16 bytes. 0: the atomics everywhere (for same-run comparisons).
+#ifndef SY_HOPPER_BWD_DQ_TMA
+#define SY_HOPPER_BWD_DQ_TMA 1
 #endif
 
 namespace sy_attn {
 namespace {
 
-// A kernel's mode: the band's (attention_band.cuh) in the low bits, plus kVarlenFlag for a packed
-// variable-length batch (as in attention_hopper.cu).
-constexpr int kVarlenFlag = 4;
-
-// A block owns kBlockN = 128 keys of one (batch, query head); consumer warpgroup w owns keys 64w..64w+63
-// and walks the query tiles kBlockM at a time: 64 at d = 128, 128 at d = 64. Registers per consumer
-// thread, d = 128: dV, dK 64 fp32 each, S^T, dP^T 32 each, P^T, dS^T 16 b32 each, dQ 32; d = 64: dV,
-// dK 32, S^T, dP^T 64, P^T, dS^T 32, dQ 32. setmaxnreg gives 240; ptxas -v: no spill. Against 64-query
-// tiles at d = 64 the 128-query ones measured 1.1-1.2x (half the tiles, barriers and dQ adds per key).
-template <int kHeadDim_, int kStages_>
-struct HopperBwdTraits {
-    static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kConsumerWGs = 2;
-    static constexpr int kKeysPerWG = 64;
-    static constexpr int kBlockN = kConsumerWGs * kKeysPerWG;
-    static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
-    static constexpr int kStages = kStages_;   // Q, dO, LSE, D of later tiles land while this one is computed on
-    static constexpr int kThreads = 128 * (1 + kConsumerWGs);
-
-    // 128-byte swizzled panels of 64 columns, as in the forward (hopper_traits.cuh).
-    static constexpr int kPanelCols = 64;
-    static constexpr int kRowBytes = kPanelCols * 2;
-    static constexpr int kAtomBytes = 8 * kRowBytes;
-    static constexpr int kPanels = kHeadDim / kPanelCols;
-    static constexpr int kKStepsD = kHeadDim / 16;        // k16 steps of S^T, dP^T (over d)
-    static constexpr int kKStepsPerPanel = kPanelCols / 16;
-    static constexpr int kKStepsM = kBlockM / 16;         // k16 steps of dV, dK (over the tile's queries)
-
-    // dQ = dS K is an m64n64 GEMM per warpgroup over all kBlockN keys: at d = 128 warpgroup w makes
-    // columns 64w.. of the 64-query tile, at d = 64 query rows 64w.. of the 128-query tile.
-    static constexpr bool kDqSplitColumns = kHeadDim == 128;
-    static constexpr int kDqKSteps = kBlockN / 16;
-
-    static constexpr int kKVBytes = kBlockN * kHeadDim * 2;     // K or V
-    static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
-    static constexpr int kQBytes = kBlockM * kHeadDim * 2;      // one stage of Q or dO
-    static constexpr int kQPanelBytes = kBlockM * kRowBytes;
-    static constexpr int kDsPanelBytes = kBlockN * kRowBytes;   // dS^T: [kBlockM / 64][keys][64 queries]
-    static constexpr int kDsBytes = kBlockN * kBlockM * 2;
-    static constexpr int kVecBytes = kBlockM * 4;               // one stage of LSE or D
-    // 1024 bytes of slack to align the swizzle atoms; two dS^T buffers (a warpgroup may store tile i+1's
-    // while the other still reads tile i's); 256 bytes of barriers.
-    static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes +
-                                      2 * kStages * kVecBytes + 256;
-
-    static constexpr int kProducerRegs = 24;
-    static constexpr int kConsumerRegs = 240;
-
-    static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
-    static_assert(kStages >= 2, "one query tile must load while another is computed on");
-    static_assert(kSmemBytes <= 227 * 1024, "sm_90 gives a block at most 227 KiB of shared memory");
-    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file");
-    static_assert(SY_ATTN_BWD_ROW_ALIGN % kBlockM == 0, "the padded LSE and D rows cover whole query tiles");
-};
-
 #ifdef SY_HOPPER_DEVICE_CODE
-template <class Tr>
-struct BwdBarriers {
-    uint64_t kv_full;                                // K and V of the block
-    uint64_t q_full[Tr::kStages], q_empty[Tr::kStages];   // Q, dO, LSE, D of a query tile
-};
-
-template <class Tr>
-struct BwdSmem {
-    unsigned char *k, *v;     // [kPanels][kBlockN][64], 128B-swizzled
-    unsigned char *q, *dout;  // [kStages][kPanels][kBlockM][64]
-    unsigned char *ds;        // [2][kBlockM / 64][kBlockN][64]: dS^T, 128B-swizzled like the tiles
-    float *lse, *delta;       // [kStages][kBlockM]: log2-scaled LSE (+inf on padding rows), D
-    BwdBarriers<Tr> *bars;
-
-    __device__ explicit BwdSmem(unsigned char *raw) {
-        unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-        k = base;
-        v = k + Tr::kKVBytes;
-        q = v + Tr::kKVBytes;
-        dout = q + Tr::kStages * Tr::kQBytes;
-        ds = dout + Tr::kStages * Tr::kQBytes;
-        lse = reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes);
-        delta = lse + Tr::kStages * Tr::kBlockM;
-        bars = reinterpret_cast<BwdBarriers<Tr> *>(delta + Tr::kStages * Tr::kBlockM);
-        static_assert(sizeof(BwdBarriers<Tr>) <= 256, "kSmemBytes reserves 256 bytes for the barriers");
-    }
-};
-
-// The query tiles a key block sees: all, or those the band reaches. Row i sees key j iff
-// j - hi <= i <= j - lo: the forward's band transposed (band_blocks with keys as rows and (-hi, -lo)).
-// Tiles outside [unmasked_begin, unmasked_end) sit on the band's edges and need the per-element mask.
-// Keys past seqlen_k need none (see compute_p), so the block's last key is its last real one; neither do
-// query rows past seqlen_q (their LSE is +inf: P = 0), so without a band every tile runs unmasked from
-// tile 0, and causal only the tiles before unmasked_begin are masked. (Constants where the mode allows:
-// at d = 64 the consumer sits at its 240 registers, and a runtime loop start spilled 24-36 bytes.)
-template <class Tr, int kMode>
-__device__ __forceinline__ BlockRange query_tiles(int n0, int len_q, int len_k, Band band) {
-    if constexpr ((kMode & 3) == kBandNone) {
-        const int total = ceil_div(len_q, Tr::kBlockM);
-        return BlockRange{0, total, 0, total};
-    }
-    return band_blocks(n0, min(n0 + Tr::kBlockN, len_k) - 1, len_q, Tr::kBlockM, Band{-band.hi, -band.lo});
-}
-
-// The sequence a block works in: without varlen the launch's lengths, row 0 of batch b; varlen its rows
-// of the packed tensors (tensor-map batch 0) and its own band (from its bottom right).
-struct Sequence {
-    int q_row0, k_row0, len_q, len_k, map_b;
-    Band band;
-};
-
-template <int kMode>
-__device__ __forceinline__ Sequence sequence_of(const sy_attn_bwd_params &p, int b, Band band) {
-    if constexpr ((kMode & kVarlenFlag) != 0) {
-        const int q_row0 = __ldg(p.cu_seqlens_q + b), k_row0 = __ldg(p.cu_seqlens_k + b);
-        const int len_q = __ldg(p.cu_seqlens_q + b + 1) - q_row0, len_k = __ldg(p.cu_seqlens_k + b + 1) - k_row0;
-        return Sequence{q_row0, k_row0, len_q, len_k, 0, sequence_band(band, len_q, len_k)};
-    }
-    return Sequence{0, 0, p.seqlen_q, p.seqlen_k, b, band};
-}
-
-// ---- the producer: one thread issues every copy ---------------------------------------------------------
-// q_row0, k_row0: the sequence's first rows in the tensor maps (varlen; else 0), b its map batch.
-template <class Tr>
-__device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_do,
-                                        const CUtensorMap *tm_k, const CUtensorMap *tm_v, const float *gLse,
-                                        const float *gD, int n0, int h, int h_kv, int b, int m_first, int m_total,
-                                        int q_row0, int k_row0) {
-    BwdBarriers<Tr> &bar = *sm.bars;
-    mbar_arrive_expect_tx(smem_addr(&bar.kv_full), 2 * Tr::kKVBytes);
-#pragma unroll
-    for (int p = 0; p < Tr::kPanels; ++p) {
-        tma_load_4d(smem_addr(sm.k + p * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.kv_full), p * Tr::kPanelCols,
-                    k_row0 + n0, h_kv, b);
-        tma_load_4d(smem_addr(sm.v + p * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.kv_full), p * Tr::kPanelCols,
-                    k_row0 + n0, h_kv, b);
-    }
-    for (int m = m_first, i = 0; m < m_total; ++m, ++i) {
-        const int stage = i % Tr::kStages;
-        // A fresh barrier counts as having completed the phase before its first: lap 0 passes at once.
-        mbar_wait(smem_addr(&bar.q_empty[stage]), ((i / Tr::kStages) & 1) ^ 1);
-        const uint32_t full = smem_addr(&bar.q_full[stage]);
-        mbar_arrive_expect_tx(full, 2 * Tr::kQBytes + 2 * Tr::kVecBytes);
-        const int m0 = m * Tr::kBlockM;
-#pragma unroll
-        for (int p = 0; p < Tr::kPanels; ++p) {
-            const int offset = stage * Tr::kQBytes + p * Tr::kQPanelBytes;
-            tma_load_4d(smem_addr(sm.q + offset), tm_q, full, p * Tr::kPanelCols, q_row0 + m0, h, b);
-            tma_load_4d(smem_addr(sm.dout + offset), tm_do, full, p * Tr::kPanelCols, q_row0 + m0, h, b);
-        }
-        // The LSE and D rows are padded to SY_ATTN_BWD_ROW_ALIGN: whole tiles, 16-byte aligned.
-        bulk_load(smem_addr(sm.lse + stage * Tr::kBlockM), gLse + m0, Tr::kVecBytes, full);
-        bulk_load(smem_addr(sm.delta + stage * Tr::kBlockM), gD + m0, Tr::kVecBytes, full);
-    }
-}
-
 // ---- a consumer warpgroup: 64 keys ------------------------------------------------------------------------
 template <class Tr, typename T, int kMode>
 struct BwdConsumer {
     static constexpr int kBand = kMode & 3;
     static constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
+    static constexpr bool kDqTma = Tr::kDqViaSmem && !kVarlen;
     using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
     using GemmDq = WgmmaM64N64<T>;                                    // dQ: a 64 x 64 share per warpgroup
     using GemmHead = typename WgmmaN<Tr::kHeadDim>::template Op<T>;   // dV, dK (n = d)
@@ -364,17 +230,30 @@ struct BwdConsumer {
         store_ds(buffer);
         // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
         fence_proxy_async_shared();
-        named_bar_sync(1, 256);
+        named_bar_sync(kBarDs, 256);
         issue_dq(buffer);
         issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
         wgmma_wait<1>();   // dV and dQ done; dK may still run
         fence_regs(dV);
         fence_regs(rP);
         fence_regs(dq);
-        // This warp's 16 rows of the warpgroup's 64 x 64 share.
-        const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
-        const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
-        atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
+        if constexpr (kDqTma) {
+            // The share in the registers' order: n8 tile nt of thread t as float4 nt * 128 + t (a
+            // warp's 32 stores are 512 contiguous bytes: no bank conflict).
+            named_bar_sync(kBarDqEmpty + wg, kDqBarThreads);
+            float4 *share = reinterpret_cast<float4 *>(sm.dq() + wg * Tr::kDqShareFloats) + threadIdx.x % 128;
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+                share[nt * 128] = make_float4(tiles(dq)[nt][0], tiles(dq)[nt][1], tiles(dq)[nt][2],
+                                              tiles(dq)[nt][3]);
+            fence_proxy_async_shared();
+            named_bar_arrive(kBarDqFull + wg, kDqBarThreads);
+        } else {
+            // This warp's 16 rows of the warpgroup's 64 x 64 share.
+            const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
+            const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
+            atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
+        }
         wgmma_wait<0>();   // dK done: the stage's Q and dO are free
         fence_regs(dK);
         fence_regs(rdS);
@@ -409,7 +288,10 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const BwdSmem<Tr> sm(smem_raw);
-    const int n0 = blockIdx.x * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
+    // Deterministic with a band: high key blocks first (write_dq says why; never varlen).
+    constexpr bool kReversible = (kMode & 3) != kBandNone && (kMode & kVarlenFlag) == 0;
+    const int n_block = kReversible && p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int n0 = n_block * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
     // Varlen: the grid covers max_seqlen_k keys of every sequence; a block past its sequence's keys has
     // nothing to do (the whole block leaves before any barrier exists).
     if ((kMode & kVarlenFlag) != 0 && n0 >= sequence_of<kMode>(p, b, band).len_k) return;
@@ -438,11 +320,25 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             produce<Tr>(sm, &tm_q, &tm_do, &tm_k, &tm_v, p.lse_log2 + bwd_row_index(p, b, h, 0, rows_per_head),
                         p.delta + bwd_row_index(p, b, h, 0, rows_per_head), n0, h, h / (p.heads_q / p.heads_kv),
                         seq.map_b, queries.begin, queries.end, seq.q_row0, seq.k_row0);
+        } else if (Tr::kDqViaSmem && (kMode & kVarlenFlag) == 0 && threadIdx.x / 32 == 1) {
+            const Sequence seq = sequence_of<kMode>(p, b, band);
+            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
+            // Deterministic: the per-tile counters after the tile-major dq_accum (attention_api.h).
+            const int tiles_per_head = rows_per_head / Tr::kBlockM;
+            int *sems = p.deterministic ? reinterpret_cast<int *>(p.dq_accum + int64_t(p.batch) * p.heads_q *
+                                                                                   rows_per_head * Tr::kHeadDim) +
+                                              (int64_t(b) * p.heads_q + h) * tiles_per_head
+                                        : nullptr;
+            write_dq<Tr, kMode>(sm, p.dq_accum + bwd_row_index(p, b, h, 0, rows_per_head) * Tr::kHeadDim, queries.begin,
+                                queries.end, threadIdx.x % 32, sems, n_block, seq);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
         BwdConsumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
         mbar_wait(smem_addr(&sm.bars->kv_full), 0);   // also when no tile follows: no copy may outlive the block
+        // The dQ shares start empty: one warp stands in for the dQ warp's first arrival.
+        if (Tr::kDqViaSmem && (kMode & kVarlenFlag) == 0 && threadIdx.x % 128 < 32)
+            named_bar_arrive(kBarDqEmpty + warpgroup - 1, kDqBarThreads);
         int i = 0;
         // The range is computed after setmaxnreg, in each role (live across it, it cost the d = 64
         // consumers 16-24 bytes of spill).
@@ -491,17 +387,28 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
         status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.v_strides, Tr::kBlockN);
     if (status != kOk) return status;
 
-    if ((status = launch_preprocess<T>(p, rows_per_head, stream)) != kOk) return status;
-    const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * p.seqlen_q * Tr::kHeadDim * sizeof(float);
-    if ((err = cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream)) != cudaSuccess) return static_cast<int>(err);
+    // dQ through shared memory: dq_accum tile-major over rows_per_head rows a head (attention_api.h).
+    constexpr bool kDqTiled = Tr::kDqViaSmem && !kVarlen;
+    const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * (kDqTiled ? rows_per_head : p.seqlen_q) *
+                            Tr::kHeadDim * sizeof(float);
+    if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk) return status;
+    if (p.deterministic) {   // the per-tile counters after dq_accum (only tile-major launches get here)
+        const size_t sem_bytes = static_cast<size_t>(p.batch) * p.heads_q * (rows_per_head / Tr::kBlockM) * sizeof(int);
+        if ((err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, sem_bytes, stream)) != cudaSuccess)
+            return static_cast<int>(err);
+    }
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
     dim3 grid(ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
 
-    status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim, p.scale,
-                              stream);
+    if (kDqTiled)
+        status = launch_dq_tiled_convert<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q, rows_per_head,
+                                            Tr::kHeadDim, p.scale, stream);
+    else
+        status = launch_dq_convert<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, p.seqlen_q, Tr::kHeadDim, p.scale,
+                                  kVarlen, stream);
     if (status != kOk || p.heads_q == p.heads_kv) return status;   // the kernel wrote dk and dv itself
     const int group = p.heads_q / p.heads_kv;
     status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, map_batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim,
@@ -525,8 +432,10 @@ template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     const int rows_per_head = ceil_div(p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) *
                               SY_ATTN_BWD_ROW_ALIGN;
-    using TraitsD64 = HopperBwdTraits<64, SY_HOPPER_BWD_D64_STAGES>;
-    using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES>;
+    // dQ through shared memory except fp16 at d = 64 (SY_HOPPER_BWD_DQ_TMA says why).
+    constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
+    using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
+    using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
                                 : launch_causal<TraitsD128, T, kVarlenFlag>(p, rows_per_head, stream);
@@ -543,7 +452,10 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     if (status != kOk) return status;
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
-    if (p.dtype == SY_ATTN_F32 || p.deterministic) return kUnsupported;
+    if (p.dtype == SY_ATTN_F32) return kUnsupported;
+    // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
+    if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64)))
+        return kUnsupported;
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     if (!p.lse_log2 || !p.dq_accum) return kInvalid;

@@ -33,23 +33,30 @@ class _HopperBwdFrom:
 
 def variant_libs(specs):
     """{"hopper-NAME": lib} for specs NAME=path/to/attention_hopper_bwd.cu[@-DMACRO=value,...] (built
-    beside cuda_src, with those defines)."""
+    beside cuda_src, with those defines, all at once) or NAME=path/to/prebuilt.so (built elsewhere with
+    `nvcc ... -gencode arch=compute_90a,code=sm_90a --shared`)."""
     import subprocess
     import tempfile
+    from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
     arch = cuda.device_arch()
-    ffi, main = cuda.library(arch)
-    libs = {}
-    for spec in specs:
+
+    def build(spec):
         name, source = spec.split("=", 1)
         source, _, defines = source.partition("@")
+        if source.endswith(".so"):
+            return name, source
         out = Path(tempfile.mkdtemp()) / f"hopper_bwd_{name}.so"
         subprocess.run([cuda.find_nvcc(), *cuda.NVCC_FLAGS, *cuda._gencode(arch), f"-I{cuda.source_dir()}",
                         *filter(None, defines.split(",")), "--shared", str(Path(source).resolve()), "-o", str(out)],
                        check=True)
-        libs[f"hopper-{name}"] = _HopperBwdFrom(main, ffi.dlopen(str(out)))
-    return libs
+        return name, str(out)
+
+    with ThreadPoolExecutor(max(1, len(specs))) as pool:
+        built = list(pool.map(build, specs))
+    ffi, main = cuda.library(arch)
+    return {f"hopper-{name}": _HopperBwdFrom(main, ffi.dlopen(path)) for name, path in built}
 
 
 def reference_grads(q, k, v, dout, causal):
@@ -78,8 +85,12 @@ def our_grads(q, k, v, dout, causal, deterministic, kernel="mma"):
     return [t.grad for t in leaves]
 
 
-def check(log, kernels):
-    """kernels: (forward kernel, deterministic) pairs; `hopper` runs the hopper backward unless deterministic."""
+def check(log, kernels, variants=None):
+    """kernels: (forward kernel, deterministic) pairs; `hopper` runs the hopper backward unless deterministic;
+    a name of `variants` ({"hopper-NAME": lib}) runs `hopper` with that library's backward."""
+    variants = variants or {}
+    arch = cuda.device_arch()
+    main_lib = cuda.library(arch)[1]
     worst = 0.0
     cases = []
     for d in (64, 128):
@@ -96,24 +107,34 @@ def check(log, kernels):
         k, v = (torch.randn(B, Hkv, Nk, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
         dout = torch.randn_like(q)
         refs = reference_grads(q, k, v, dout, causal)
-        grads = our_grads(q, k, v, dout, causal, det, kernel)
+        if kernel in variants:
+            cuda._libs[arch] = variants[kernel]
+            try:
+                grads = our_grads(q, k, v, dout, causal, det, "hopper")
+            finally:
+                cuda._libs[arch] = main_lib
+        else:
+            grads = our_grads(q, k, v, dout, causal, det, kernel)
         errs = [((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-3)).item() for g, r in zip(grads, refs)]
         finite = all(torch.isfinite(g).all().item() for g in grads)
         tol = 3e-2 if dtype == torch.bfloat16 else 5e-3
         ok = finite and max(errs) <= tol
         fails += not ok
         worst = max(worst, max(errs) / tol)
-        line = (f"{'ok ' if ok else 'BAD'} {kernel:6} d={d} {str(dtype)[6:]:8} B={B} Hkv={Hkv} g={group} Nq={Nq} Nk={Nk} "
+        line = (f"{'ok ' if ok else 'BAD'} {kernel:12} d={d} {str(dtype)[6:]:8} B={B} Hkv={Hkv} g={group} Nq={Nq} Nk={Nk} "
                 f"causal={causal:d} det={det:d} err dq/dk/dv {errs[0]:.1e} {errs[1]:.1e} {errs[2]:.1e}")
         log(line)
         if not ok:
             print(line, flush=True)
     # deterministic: bit-identical across runs
-    q, k, v = (torch.randn(2, 4, 777, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    dout = torch.randn_like(q)
-    a = our_grads(q, k, v, dout, True, True)
-    b = our_grads(q, k, v, dout, True, True)
-    same = all(torch.equal(x, y) for x, y in zip(a, b))
+    same = True
+    if any(det for _, det in kernels):
+        q, k, v = (torch.randn(2, 4, 777, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        dout = torch.randn_like(q)
+        for kernel in sorted({kernel for kernel, det in kernels if det}):
+            a = our_grads(q, k, v, dout, True, True, kernel)
+            b = our_grads(q, k, v, dout, True, True, kernel)
+            same = same and all(torch.equal(x, y) for x, y in zip(a, b))
     print(f"correctness: {len(cases) - fails}/{len(cases)} cases within tolerance (worst {worst:.2f} of tol); "
           f"deterministic bit-identical: {same}", flush=True)
     return fails == 0 and same
@@ -185,6 +206,45 @@ def timing(sizes, log, ours, variants=None):
             del q, k, v, leaves, dout
             torch.cuda.empty_cache()
     return rows
+
+
+def profile(log, variants, n=4096, causal=False):
+    """Per-kernel GPU time of one forward+backward (bf16) for `hopper` and each variant: where the
+    backward's time goes (preprocess, memset, the kernel, the dQ conversion)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    arch = cuda.device_arch()
+    main_lib = cuda.library(arch)[1]
+    lines = []
+    for d in (64, 128):
+        B, H = 16384 // n, 2048 // d
+        leaves = [torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3)]
+        dout = torch.randn_like(leaves[0])
+        for name in ("hopper",) + tuple(variants):
+            cuda._libs[arch] = variants.get(name, main_lib)
+            try:
+                for _ in range(2):
+                    torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, kernel="hopper", is_causal=causal),
+                                        leaves, dout)
+                torch.cuda.synchronize()
+                with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(3):
+                        torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, kernel="hopper", is_causal=causal),
+                                            leaves, dout)
+                    torch.cuda.synchronize()
+            finally:
+                cuda._libs[arch] = main_lib
+            times = {}
+            for ev in prof.key_averages():
+                if ev.device_type.name == "CUDA" or getattr(ev, "self_device_time_total", 0):
+                    # "void sy_attn::(anonymous namespace)::hopper_bwd_kernel<...>(...)": the function's own name
+                    key = ev.key.replace("(anonymous namespace)::", "").split("<")[0].split("(")[0][-40:]
+                    times[key] = times.get(key, 0) + ev.self_device_time_total / 3
+            line = f"profile d={d} N={n} causal={causal:d} {name}: " + ", ".join(f"{k} {v:.0f}us" for k, v in
+                                                               sorted(times.items(), key=lambda kv: -kv[1]) if v > 1)
+            lines.append(line)
+            log(line)
+    return lines
 
 
 SWEEP = {64: ["64, 64, 64, 4, 1, 2", "64, 64, 128, 8, 1, 1", "64, 64, 128, 8, 2, 1"],
@@ -272,6 +332,11 @@ def main():
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--table", default=None, help="print the fwd+bwd rows of a bench JSON and exit")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--only-hopper", action="store_true", help="time and check hopper (and variants) only, not mma")
+    ap.add_argument("--profile", action="store_true", help="per-kernel times of one fwd+bwd per variant")
+    ap.add_argument("--profile-n", type=int, default=4096)
+    ap.add_argument("--profile-causal", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="time every cell this many times (tables one after another)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=path/to/attention_hopper_bwd.cu: another version of the hopper backward, timed beside")
     args = ap.parse_args()
@@ -289,21 +354,31 @@ def main():
     cuda.library(cuda.device_arch())
     print(f"build+load {time.time() - t0:.0f}s", flush=True)
     hopper = torch.cuda.get_device_capability() == (9, 0)
-    if not args.skip_check:
-        check(log, [("mma", False), ("mma", True)] + ([("hopper", False)] if hopper else []))
-    sweep_lines = sweep(log) if args.sweep else []
     variants = variant_libs(args.variant) if hopper else {}
-    ours = ("mma", "mma-det") + (("hopper",) + tuple(variants) if hopper else ())
-    rows = timing(args.sizes, log, ours, variants)
-    for line in sweep_lines:
+    print(f"variants built {time.time() - t0:.0f}s", flush=True)
+    mma = () if args.only_hopper else ("mma", "mma-det")
+    if not args.skip_check:
+        ok = check(log, ([] if args.only_hopper else [("mma", False), ("mma", True)])
+                   + ([("hopper", False), ("hopper", True)] + [(name, False) for name in variants] if hopper else []),
+                   variants)
+        print(f"check {'passed' if ok else 'FAILED'} {time.time() - t0:.0f}s", flush=True)
+    sweep_lines = sweep(log) if args.sweep else []
+    profile_lines = profile(log, variants, args.profile_n, args.profile_causal) if args.profile and hopper else []
+    ours = mma + (("hopper", "hopper-det") + tuple(variants) if hopper else ())
+    tables = [timing(args.sizes, log, ours, variants) for _ in range(args.repeat)]
+    for line in sweep_lines + profile_lines:
         print(line)
+    for rows in tables:
+        print_table(rows, ours)
+
+
+def print_table(rows, ours):
     print("\nfwd+bwd TFLOP/s (3.5x fwd FLOPs) | bwd-only TFLOP/s (2.5x, fwd+bwd time minus fwd time) | extra MiB")
     print(f"{'d':>4} {'N':>6} {'causal':>6} | " + " | ".join(f"{k:>20}" for k in ("flash", "cudnn") + ours)
-          + " | " + " ".join(f"{k}/flash" for k in ours if not k.endswith("det")))
+          + " | " + " ".join(f"{k}/cudnn" for k in ours))
     for d, n, causal, res in rows:
         cells = [f"{v[0]:6.1f} {v[1]:6.1f} {v[2]:6.0f}" if v else f"{'-':>20}" for v in res.values()]
-        ratios = [res[k][0] / res["flash"][0] if res.get(k) and res.get("flash") else float("nan")
-                  for k in ours if not k.endswith("det")]
+        ratios = [res[k][0] / res["cudnn"][0] if res.get(k) and res.get("cudnn") else float("nan") for k in ours]
         print(f"{d:>4} {n:>6} {str(causal):>6} | " + " | ".join(f"{c:>20}" for c in cells) + " | "
               + " ".join(f"{r:.2f}x" for r in ratios))
 

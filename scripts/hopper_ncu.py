@@ -4,8 +4,8 @@
     ncu -k regex:hopper_bwd --launch-skip 1 --launch-count 1 ... python3 scripts/hopper_ncu.py --backward --d 64
 
 --backward runs forward + backward (the hopper backward, attention_hopper_bwd.cu) instead of the forward;
---cudnn runs torch SDPA's cuDNN backend on the same shape instead (profile it with -k regex:"fmha|cudnn|sm90"),
-for the same counters on the anchor.
+--cudnn runs torch SDPA's cuDNN backend on the same shape instead (profile it with -k regex:"fmha|cudnn|sm90";
+with --backward its backward too), for the same counters on the anchor.
 """
 import argparse
 import sys
@@ -28,6 +28,8 @@ for _ in range(2):   # the first call builds/loads the library; ncu profiles the
         from torch.nn.attention import SDPBackend, sdpa_kernel
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            if args.backward:
+                out.backward(torch.ones_like(out))
         continue
     out = cuda.scaled_dot_product_attention(q, k, v, kernel="hopper")
     if args.backward:

@@ -16,7 +16,7 @@ and `window=(left, right)` is a sliding window (flash-attn's window_size), nativ
 forward and backward; naive takes it as a mask.
 Backward (d = 64 or 128, no mask): FlashAttention-2's algorithm on tensor cores for fp16/bf16, with
 wgmma and TMA after a `hopper` forward (cuda_src/attention_hopper_bwd.cu, FlashAttention-3 class) and
-mma.sync otherwise or when deterministic (cuda_src/attention_mma_bwd.cu); fp32 math on CUDA cores for
+mma.sync otherwise or when deterministic in fp16 at d = 64 (cuda_src/attention_mma_bwd.cu); fp32 math on CUDA cores for
 float32 (cuda_src/attention_bwd.cu); other calls take a torch-math backward.
 
 The sources are compiled by nvcc on first use into one shared library per GPU architecture, cached
@@ -469,13 +469,20 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     f32 = dict(dtype=torch.float32, device=q.device)
     # Workspaces (attention_api.h says which family needs which). Released on return while the
     # kernels may still run: safe on one stream (see _launch).
-    hopper = tensor_cores and kernel == "hopper" and not deterministic and attn_mask is None
+    # The hopper backward is deterministic too where its dQ goes through shared memory (bf16, or d = 128):
+    # its key blocks add each query tile in a fixed order. fp16 at d = 64 takes the mma backward's pass,
+    # and a masked call the mma backward's mask lists.
+    hopper = tensor_cores and kernel == "hopper" and attn_mask is None \
+        and (not deterministic or q.dtype == torch.bfloat16 or d == 128)
     if tensor_cores:
-        # The hopper backward has no separate dQ pass: it accumulates dQ by atomics at every length.
+        # The hopper backward has no separate dQ pass: it accumulates dQ into dq_accum at every length.
         deterministic = deterministic or (not hopper and attn_mask is None and Nk <= SEPARATE_DQ_MAX_KEYS)
         rows = -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
-        dq_accum = None if deterministic else torch.empty((B, Hq, Nq, d), **f32)
+        if hopper:   # whole query tiles (tile-major), then the deterministic mode's per-tile counters
+            dq_accum = torch.empty(B * Hq * rows * d + (B * Hq * rows // 64 if deterministic else 0), **f32)
+        else:
+            dq_accum = None if deterministic else torch.empty((B, Hq, Nq, d), **f32)
         dk_accum, dv_accum = (None, None) if Hq == Hkv else (torch.empty((B, Hq, Nk, d), **f32) for _ in range(2))
     else:
         delta, lse_log2 = torch.empty((B, Hq, Nq), **f32), None
@@ -623,10 +630,11 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
 
     Differentiable: the backward (for fp16/bf16 cuda_src/attention_hopper_bwd.cu (wgmma, TMA) after a
     `hopper` forward, cuda_src/attention_mma_bwd.cu (mma.sync) otherwise; cuda_src/attention_bwd.cu in
-    fp32 for float32) recomputes P from the saved log-sum-exp and accumulates dQ with fp32 atomics (the
+    fp32 for float32) recomputes P from the saved log-sum-exp and accumulates dQ in fp32 by adds at L2 (the
     mma backward only above SEPARATE_DQ_MAX_KEYS keys), so two runs may differ in the last bits.
-    deterministic=True computes dQ in a separate pass without atomics on the mma backward (bit-identical
-    runs; within 5 % of its atomic time, 0.6-1.0x the hopper backward's speed); None (the default) follows
+    deterministic=True makes runs bit-identical: the hopper backward (bf16, or d = 128) adds each query
+    tile's dQ from its key blocks in a fixed order; otherwise the mma backward computes dQ in a separate
+    pass without atomics (within 5 % of its atomic time); None (the default) follows
     torch.use_deterministic_algorithms. A masked call's backward runs tile by tile on the mma backward
     (fp16/bf16, d 64/128, atomic dQ); deterministic masked calls, other masks and head dims other than 64
     and 128 take a torch-math backward (same algorithm, materialises P).
