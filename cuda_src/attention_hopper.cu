@@ -19,6 +19,7 @@
 // it answers SY_EUNSUPPORTED unless the device is sm_90 and the loaded kernel was built for it.
 #include "attention_band.cuh"       // the causal / sliding-window band: Band, band_blocks
 #include "attention_common.cuh"
+#include "attention_dropout.cuh"     // dropout: Philox keep-masks on P's fragments
 #include "hopper_primitives.cuh"   // PTX wrappers, tensor maps, SY_HOPPER_DEVICE_CODE
 #include "hopper_traits.cuh"
 #include "mma_primitives.cuh"      // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
@@ -30,6 +31,8 @@ namespace {
 // A kernel's mode: the band's (attention_band.cuh) in the low bits, plus kVarlenFlag for a packed
 // variable-length batch (p.cu_seqlens_q: each tile reads its sequence's offsets and lengths).
 constexpr int kVarlenFlag = 4;
+// kDropoutFlag: dropout (p.dropout_p, attention_dropout.cuh), instantiated with kBandNone and kBandCausal only.
+constexpr int kDropoutFlag = 8;
 
 // ---- the tile order ------------------------------------------------------------------------------------
 // Tile t: query block m of head (b, h), heads one after another, so the ~132 tiles in flight cover a
@@ -205,6 +208,7 @@ __device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CU
 template <class Tr, typename T, int kMode>
 struct Consumer {
     static constexpr int kBand = kMode & 3;
+    static constexpr bool kDropout = (kMode & kDropoutFlag) != 0;
     static constexpr int kNTilesS = Tr::kBlockN / 8;   // n8 column tiles of S
     static constexpr int kNTilesO = Tr::kHeadDim / 8;  // n8 column tiles of O
     using GemmS = typename WgmmaN<Tr::kBlockN>::template Op<T>;
@@ -372,6 +376,26 @@ struct Consumer {
         }
     }
 
+    // Dropout (attention_dropout.cuh) in two parts. draw: the keep bits of key block `block` (absolute) of
+    // tile w, made while the previous block's P V runs on the tensor cores (Philox is integer multiplies,
+    // off the wgmma's path) where registers allow: ptxas -v, d = 64 (three consumers at 160 registers)
+    // spilled 12 bytes causal drawing early and 4 not causal drawing late, so causal d = 64 draws after the
+    // wait. drop: P's dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are those
+    // of the undropped P, as torch's).
+    static constexpr bool kDrawEarly = Tr::kConsumerWGs == 2 || kBand == kBandNone;
+    uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
+    __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
+        if constexpr (kDropout)
+            keep_rows_all(keep, make_dropout(p, w.b, w.h), row0 + thread_row, block * Tr::kBlockN, threadIdx.x % 32);
+    }
+    __device__ __forceinline__ void draw_early(const TileWork &w, int block, const sy_attn_params &p) {
+        if constexpr (kDrawEarly) draw(w, block, p);
+    }
+    __device__ __forceinline__ void drop(const TileWork &w, int block, const sy_attn_params &p) {
+        if constexpr (!kDrawEarly) draw(w, block, p);
+        if constexpr (kDropout) dropout_rows_apply(rP, keep);
+    }
+
     // The tile's first S, once complete: the block with no P V of this tile before it.
     __device__ __forceinline__ void fold_first(const TileWork &x, const sy_attn_params &p, Band band) {
         fence_regs(flat_s());
@@ -401,6 +425,7 @@ struct Consumer {
         wgmma_wait<0>();
         fold_first(x, p, band);
         convert_p();
+        drop(x, x.first_block, p);   // dropout
     }
 
     // One key block j >= 1 of tile c: S_j and P_{j-1} V_{j-1} are issued back to back; S_j's
@@ -419,9 +444,11 @@ struct Consumer {
         if (kMask) mask(c, c.first_block + j, p, band);
         fold();
         pin_softmax();
+        draw_early(c, c.first_block + j, p);   // dropout
         wgmma_wait<0>();   // P_{j-1} V_{j-1} is done: rP and acc are free
         retire_pv(c.kv0 + j - 1);
         convert_p();
+        drop(c, c.first_block + j, p);   // dropout
     }
 
     // Blocks 1.. of tile c: (local) the window's left edge, the unmasked ones, then the diagonal
@@ -453,10 +480,12 @@ struct Consumer {
         wgmma_wait<1>();   // x's S is done (c's P V may still run)
         fold_first(x, p, band);
         pin_softmax();
+        draw_early(x, x.first_block, p);   // dropout
         wgmma_wait<0>();
         retire_pv(c.kv0 + c.n_blocks - 1);
         store(p, c, c_row0, done);
         convert_p();
+        drop(x, x.first_block, p);   // dropout
     }
 
     // The block's last tile c: its last P V (the last warpgroup passes no turn after it: warpgroup 0
@@ -475,6 +504,7 @@ struct Consumer {
     __device__ void store(const sy_attn_params &p, const TileWork &c, int first_row, OnlineSoftmaxFragment<1> state) {
         float lse[2];
         state.finalize(acc, p.scale, lse);
+        if constexpr (kDropout) dropout_scale_acc(acc, 1.f / (1.f - p.dropout_p));
         T *gO = head_base(static_cast<T *>(p.o), p.o_strides, c.b, c.h);
         float *gLse = p.lse + (static_cast<int64_t>(c.b) * p.heads_q + c.h) * p.seqlen_q;
         int len_q = p.seqlen_q;
@@ -651,9 +681,24 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
                                : launch<Tr, T, kBandNone | kVarlen>(p, band, stream);
 }
 
-// Varlen at d = 64 and 128 (d = 256 answers SY_EUNSUPPORTED: not instantiated).
+// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated).
+template <class Tr, typename T>
+int launch_dropout(const sy_attn_params &p, cudaStream_t stream) {
+    int mode;
+    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                p.seqlen_k, &mode);
+    if (mode == kBandLocal) return kUnsupported;
+    return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, band, stream)
+                               : launch<Tr, T, kBandNone | kDropoutFlag>(p, band, stream);
+}
+
+// Varlen at d = 64 and 128 (d = 256 answers SY_EUNSUPPORTED: not instantiated); dropout likewise, not varlen.
 template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
+    if (p.dropout_p > 0.f) {
+        if (p.cu_seqlens_q || (p.head_dim != 64 && p.head_dim != 128)) return kUnsupported;
+        return p.head_dim == 64 ? launch_dropout<HopperTraitsD64, T>(p, stream) : launch_dropout<HopperTraitsD128, T>(p, stream);
+    }
     if (p.cu_seqlens_q) {
         if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T, kVarlenFlag>(p, stream);
         if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T, kVarlenFlag>(p, stream);

@@ -9,6 +9,7 @@
 // Grid: (query blocks, query heads, batch). Block: kNWarps warps, each owning kMAtoms x 16 rows.
 #include "attention_band.cuh"
 #include "attention_common.cuh"
+#include "attention_dropout.cuh"   // dropout: Philox keep-masks on P's fragments
 #include "kernel_traits.cuh"
 #include "mma_primitives.cuh"
 #include "softmax.cuh"
@@ -16,7 +17,8 @@
 namespace sy_attn {
 namespace {
 
-template <class Tr, typename T, int kMode>
+// kDropout: p.dropout_p (attention_dropout.cuh), instantiated with kBandNone and kBandCausal only.
+template <class Tr, typename T, int kMode, bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
 mma_fwd_kernel(const sy_attn_params p, const Band band) {
     using Mma = MmaOp<T>;
@@ -179,6 +181,10 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
                 rP[ma][kk][2] = Mma::pack(rS[ma][2 * kk + 1][0], rS[ma][2 * kk + 1][1]);
                 rP[ma][kk][3] = Mma::pack(rS[ma][2 * kk + 1][2], rS[ma][2 * kk + 1][3]);
             }
+        if constexpr (kDropout)   // after the softmax summed P: l_i and the LSE are the undropped ones
+#pragma unroll
+            for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+                dropout_rows_packed(rP[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
 
         // acc += P V
 #pragma unroll
@@ -209,6 +215,7 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
 
     float lse[2 * Tr::kMAtoms];
     softmax.finalize(acc, p.scale, lse);
+    if constexpr (kDropout) dropout_scale_acc(acc, 1.f / (1.f - p.dropout_p));
 
     // Epilogue: rows at or past seqlen_q were computed on zero-filled Q and are not stored.
     T *gO = head_base(static_cast<T *>(p.o), p.o_strides, b, h);
@@ -229,9 +236,9 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
         }
 }
 
-template <class Tr, typename T, int kMode>
+template <class Tr, typename T, int kMode, bool kDropout = false>
 int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
-    auto kernel = mma_fwd_kernel<Tr, T, kMode>;
+    auto kernel = mma_fwd_kernel<Tr, T, kMode, kDropout>;
     // Above 48 KiB a block's dynamic shared memory must be opted into, per kernel.
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     if (err != cudaSuccess) return static_cast<int>(err);
@@ -247,6 +254,11 @@ int launch_band(const sy_attn_params &p, cudaStream_t stream) {
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
+    if (p.dropout_p > 0.f) {   // dropout: no window (not instantiated)
+        if (mode == kBandLocal) return kUnsupported;
+        return mode == kBandCausal ? launch<TrBand, T, kBandCausal, true>(p, band, stream)
+                                   : launch<Tr, T, kBandNone, true>(p, band, stream);
+    }
     if (mode == kBandLocal) return launch<TrBand, T, kBandLocal>(p, band, stream);
     return mode == kBandCausal ? launch<TrBand, T, kBandCausal>(p, band, stream) : launch<Tr, T, kBandNone>(p, band, stream);
 }

@@ -355,8 +355,15 @@ def _set_band(p, causal_offset: int, window) -> None:
     p.window_left, p.window_right = window
 
 
+def _set_dropout(p, dropout) -> None:
+    """The dropout fields of a sy_attn_params or sy_attn_bwd_params: (dropout_p, seed, offset) or None
+    (dropout.py; ffi.new left them 0: no dropout)."""
+    if dropout is not None:
+        p.dropout_p, p.dropout_seed, p.dropout_offset = dropout
+
+
 def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=None, lse=None, *,
-            causal_offset: int = 0, window=NO_WINDOW):
+            causal_offset: int = 0, window=NO_WINDOW, dropout=None):
     """Run one kernel on checked inputs. out and lse may be given (the tests pass NaN-poisoned
     buffers, contiguous, of the right shape and dtype, to catch elements a kernel fails to write).
 
@@ -411,6 +418,7 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     p.scale = scale
     p.is_causal = int(is_causal)
     _set_band(p, causal_offset, window)
+    _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
@@ -420,7 +428,7 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
 
 
 def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float, deterministic: bool,
-                kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW):
+                kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW, dropout=None):
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
     math) for float32; _math_backward for attn_mask and other head dims, and for a band (causal_offset,
@@ -430,6 +438,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     Hkv, Nk = k.shape[1], k.shape[2]
     band = has_band(causal_offset, window)
     if attn_mask is not None or d not in BWD_HEAD_DIMS or (band and q.dtype == torch.float32):
+        if dropout is not None:   # dropout.dropout_reason keeps such calls off the fused dropout
+            raise NotImplementedError("the torch-math backward has no dropout")
         return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale, causal_offset=causal_offset,
                               window=window)
     q, scale, dq_sign = _kernel_q_and_scale(q, scale)
@@ -443,7 +453,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     f32 = dict(dtype=torch.float32, device=q.device)
     # Workspaces (attention_api.h says which family needs which). Released on return while the
     # kernels may still run: safe on one stream (see _launch).
-    hopper = tensor_cores and kernel == "hopper" and not deterministic
+    # Dropout at d = 64 backward runs on mma (the hopper backward's d = 64 tile has no registers for it).
+    hopper = tensor_cores and kernel == "hopper" and not deterministic and not (dropout is not None and d == 64)
     if tensor_cores:
         # The hopper backward has no separate dQ pass: it accumulates dQ by atomics at every length.
         deterministic = deterministic or (not hopper and Nk <= SEPARATE_DQ_MAX_KEYS)
@@ -467,6 +478,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
     p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
     _set_band(p, causal_offset, window)
+    _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
     with torch.cuda.device(q.device):
@@ -544,15 +556,14 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
                        causal_offset: int = 0):
     """(out, lse): attention and each query row's natural-log log-sum-exp of its scaled scores.
 
-    Signature as torch's SDPA; dropout_p must be 0 (the kernels have none: NotImplementedError).
-    lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
+    Signature as torch's SDPA. dropout_p > 0 runs the fused dropout of dropout.py (mma and hopper,
+    fp16/bf16, d 64/128, no attn_mask, no sliding window; NotImplementedError naming the reason
+    otherwise); lse is then the undropped softmax's. lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
     differentiable in q, k, v (see scaled_dot_product_attention for `deterministic`, `window` and
     `causal_offset`). A stable entry for callers that build on the kernels (KV-cache prefill:
     is_causal=True, causal_offset=Nk - Nq; ring attention: the LSE).
     """
-    if check_dropout(dropout_p) > 0.0:
-        raise NotImplementedError(f"dropout_p={dropout_p}: the CUDA kernels have no dropout; "
-                                  "sy.attention.scaled_dot_product_attention runs torch's SDPA for it")
+    dropout_p = check_dropout(dropout_p)
     if deterministic is None:
         deterministic = _torch().are_deterministic_algorithms_enabled()
     if not isinstance(deterministic, bool):
@@ -566,8 +577,17 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
             attn_mask, is_causal, causal_offset = None, True, bias_offset
     band = has_band(causal_offset, window)
     kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band)
+    if dropout_p > 0.0:   # dropout.py: a call it cannot take is refused before any kernel runs
+        from . import dropout
+
+        reason = dropout.dropout_reason(q, k, v, attn_mask, dropout_p, kernel, window, causal_offset)
+        if reason is not None:
+            raise NotImplementedError(f"{reason}; sy.attention.scaled_dot_product_attention runs torch's SDPA for it")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    if dropout_p > 0.0:
+        return dropout.attention(q, k, v, dropout_p, is_causal, scale, kernel, deterministic=deterministic,
+                                 window=window, causal_offset=causal_offset)
     if not band:   # the eight-argument form: the graph of an unbanded call is what it was
         return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic)
     return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic, causal_offset, *window)
@@ -580,7 +600,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     """torch.nn.functional.scaled_dot_product_attention, forward and backward, on sympathy's CUDA kernels.
 
     CUDA tensors only (sy.attention.scaled_dot_product_attention takes every device); torch's
-    signature, dropout_p must be 0.
+    signature; dropout_p > 0 as attention_with_lse says.
 
     q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d): CUDA tensors, float32/float16/bfloat16, any strides
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
