@@ -378,11 +378,11 @@ struct Consumer {
 
     // Dropout (attention_dropout.cuh) in two parts. draw: the keep bits of key block `block` (absolute) of
     // tile w, made while the previous block's P V runs on the tensor cores (Philox is integer multiplies,
-    // off the wgmma's path) where registers allow: ptxas -v, d = 64 (three consumers at 160 registers)
-    // spilled 12 bytes causal drawing early and 4 not causal drawing late, so causal d = 64 draws after the
-    // wait. drop: P's dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are those
-    // of the undropped P, as torch's).
-    static constexpr bool kDrawEarly = Tr::kConsumerWGs == 2 || kBand == kBandNone;
+    // off the wgmma's path) where registers allow: d = 64 (three consumers at 160 registers) draws after the
+    // wait (ptxas -v: drawing early spilled 8-12 bytes there; drawing late, 4 not causal and none causal).
+    // drop: P's dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are those of the
+    // undropped P, as torch's).
+    static constexpr bool kDrawEarly = Tr::kConsumerWGs == 2;
     uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
     __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDropout)
@@ -391,8 +391,9 @@ struct Consumer {
     __device__ __forceinline__ void draw_early(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDrawEarly) draw(w, block, p);
     }
+    template <bool kDrawNow = !kDrawEarly>
     __device__ __forceinline__ void drop(const TileWork &w, int block, const sy_attn_params &p) {
-        if constexpr (!kDrawEarly) draw(w, block, p);
+        if constexpr (kDrawNow) draw(w, block, p);
         if constexpr (kDropout) dropout_rows_apply(rP, keep);
     }
 
@@ -424,8 +425,9 @@ struct Consumer {
         pass_turn();
         wgmma_wait<0>();
         fold_first(x, p, band);
+        draw_early(x, x.first_block, p);   // dropout (the block's first tile: no P V in flight to draw under)
         convert_p();
-        drop(x, x.first_block, p);   // dropout
+        drop(x, x.first_block, p);
     }
 
     // One key block j >= 1 of tile c: S_j and P_{j-1} V_{j-1} are issued back to back; S_j's
