@@ -113,6 +113,16 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
         const uint32_t sKj_lane = sK_lane + (j % Tr::kStages) * kStageBytes;   // tile j: [kBlockN][kHeadDim]
         const uint32_t sVj_lane = sV_lane + (j % Tr::kStages) * kStageBytes;
 
+        // Dropout: the block's keep bits, drawn before S exists (Philox's temporaries never meet S's registers)
+        // or after P is packed: ptxas -v (sm_80, sm_90a) spilled least drawing early except for the 128-row
+        // d = 128 tile with a band (28 bytes late, 100 early; its no-dropout build spills 56 already).
+        constexpr bool kDrawEarly = !(Tr::kHeadDim == 128 && kMode != kBandNone);
+        uint4 keep[Tr::kMAtoms][kDropout ? Tr::kKStepsPV / 2 : 1];
+        if constexpr (kDropout && kDrawEarly)
+#pragma unroll
+            for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+                keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
+
         // S = Q K^T: [kMAtoms][kNTilesS] m16n8 fragments of this warp's rows x the block's keys.
         float rS[Tr::kMAtoms][Tr::kNTilesS][4];
 #pragma unroll
@@ -183,8 +193,11 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
             }
         if constexpr (kDropout)   // after the softmax summed P: l_i and the LSE are the undropped ones
 #pragma unroll
-            for (int ma = 0; ma < Tr::kMAtoms; ++ma)
-                dropout_rows_packed(rP[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
+            for (int ma = 0; ma < Tr::kMAtoms; ++ma) {
+                if constexpr (!kDrawEarly)
+                    keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
+                dropout_rows_apply(rP[ma], keep[ma]);
+            }
 
         // acc += P V
 #pragma unroll
