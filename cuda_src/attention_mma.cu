@@ -118,10 +118,11 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
         // d = 128 tile with a band (28 bytes late, 100 early; its no-dropout build spills 56 already).
         constexpr bool kDrawEarly = !(Tr::kHeadDim == 128 && kMode != kBandNone);
         uint4 keep[Tr::kMAtoms][kDropout ? Tr::kKStepsPV / 2 : 1];
-        if constexpr (kDropout && kDrawEarly)
+        if constexpr (kDropout && kDrawEarly) {
 #pragma unroll
             for (int ma = 0; ma < Tr::kMAtoms; ++ma)
                 keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
+        }
 
         // S = Q K^T: [kMAtoms][kNTilesS] m16n8 fragments of this warp's rows x the block's keys.
         float rS[Tr::kMAtoms][Tr::kNTilesS][4];
@@ -191,13 +192,14 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
                 rP[ma][kk][2] = Mma::pack(rS[ma][2 * kk + 1][0], rS[ma][2 * kk + 1][1]);
                 rP[ma][kk][3] = Mma::pack(rS[ma][2 * kk + 1][2], rS[ma][2 * kk + 1][3]);
             }
-        if constexpr (kDropout)   // after the softmax summed P: l_i and the LSE are the undropped ones
+        if constexpr (kDropout) {   // after the softmax summed P: l_i and the LSE are the undropped ones
 #pragma unroll
             for (int ma = 0; ma < Tr::kMAtoms; ++ma) {
                 if constexpr (!kDrawEarly)
                     keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
                 dropout_rows_apply(rP[ma], keep[ma]);
             }
+        }
 
         // acc += P V
 #pragma unroll
