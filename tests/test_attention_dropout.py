@@ -122,6 +122,18 @@ def test_cpu_dropout_falls_back_to_torch_with_a_reason():
     assert decision.run is None and "CPU" in decision.reason
 
 
+def test_the_dropout_op_defines_and_differentiates_on_meta_tensors():
+    """The custom ops' schemas (torch reads the annotations) and the autograd wiring, without a GPU."""
+    q = torch.empty(2, 4, 64, 128, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.empty(2, 2, 64, 128, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    out, lse = dropout._dropout_op()(q, k, k, True, 0.1, "hopper", False, 0, -1, -1, 0.1,
+                                     dropout._signed(2**64 - 5), 8)
+    assert out.shape == q.shape and lse.shape == q.shape[:3] and out.requires_grad
+    dq, dk = torch.autograd.grad(out.sum(), (q, k))
+    assert dq.shape == q.shape and dk.shape == k.shape
+    assert dropout._unsigned(dropout._signed(2**64 - 5)) == 2**64 - 5
+
+
 def test_dropout_keeps_torchs_positional_order_and_default():
     import inspect
 

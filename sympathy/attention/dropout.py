@@ -20,8 +20,7 @@ its reason (`dropout_reason`): attn_mask, sliding windows, varlen, other dtypes 
 graph capture (the offset would be frozen into the graph); sy.attention.scaled_dot_product_attention
 and patch() run torch's own SDPA for those.
 """
-from __future__ import annotations
-
+# no `from __future__ import annotations`: torch.library reads the custom ops' annotations as types
 import math
 from typing import Optional, Tuple
 
