@@ -137,26 +137,6 @@ __device__ __forceinline__ void dropout_rows_apply(uint32_t (&a)[kSteps][4], con
     }
 }
 
-// Both at once: the A fragments of P over the keys from col0, dropped scores to 0.
-template <int kSteps>
-__device__ __forceinline__ void dropout_rows_packed(uint32_t (&a)[kSteps][4], const Dropout &d, int row, int col0,
-                                                    int lane) {
-    static_assert(kSteps % 2 == 0, "whole 32-key spans");
-#pragma unroll
-    for (int s = 0; s < kSteps / 2; ++s) {
-        const uint4 k = keep_rows(d, row, col0 + 32 * s, lane);
-        const uint32_t words[4] = {k.x, k.y, k.z, k.w};
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            uint32_t(&step)[4] = a[2 * s + half];
-            step[0] &= prmt(words[2 * half], 0, 0x9988);       // bytes 0, 1 -> 16-bit halves
-            step[1] &= prmt(words[2 * half], 0, 0xBBAA);       // bytes 2, 3
-            step[2] &= prmt(words[2 * half + 1], 0, 0x9988);
-            step[3] &= prmt(words[2 * half + 1], 0, 0xBBAA);
-        }
-    }
-}
-
 // fp32 fragments x[nt][r] over the keys from col0: kept -> x * rp, dropped -> 0 (dP in the dQ pass).
 template <int kNTiles>
 __device__ __forceinline__ void dropout_rows_scale(float (&x)[kNTiles][4], const Dropout &d, int row, int col0, int lane) {
