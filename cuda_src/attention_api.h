@@ -54,7 +54,7 @@ typedef struct sy_attn_params {
        len_k - len_q (flash-attn's alignment). */
     const int *cu_seqlens_q, *cu_seqlens_k;
     int max_seqlen_q;
-    /* attn_mask tile by tile (mma and hopper, forward and backward: attention_mask.cuh), or mask_lists
+    /* attn_mask tile by tile (mma forward and backward, hopper forward: attention_mask.cuh), or mask_lists
        NULL. mask: the element mask by mask_strides (batch, head, row, col; 0 broadcasts), of type
        mask_kind: 0 float32 (additive; naive's only kind), 1 bool (one byte, nonzero takes part).
        mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
@@ -65,6 +65,13 @@ typedef struct sy_attn_params {
     const int *mask_lists;
     int64_t mask_list_strides[3];
     int mask_block_q, mask_block_k;
+    /* Dropout (hopper and mma, not varlen, no window; cuda_src/attention_dropout.cuh): dropout_p in [0, 1),
+       0 for none. Score (b, h, i, j) is kept by Philox4x32-10 keyed by dropout_seed at counter
+       offset / 4 + b * Hq + h (dropout_offset: torch's CUDA generator offset, a multiple of 4; a launch
+       takes 4 * B * Hq of it); kept probabilities are scaled by 1 / (1 - p). The backward takes the same
+       three values and regenerates the mask. */
+    float dropout_p;
+    uint64_t dropout_seed, dropout_offset;
 } sy_attn_params;
 
 int sy_attn_naive_fwd(const sy_attn_params *params, void *stream);
@@ -116,7 +123,7 @@ typedef struct sy_attn_bwd_params {
     int max_seqlen_q, max_seqlen_k;
     const void *mask;                           /* attn_mask, as in sy_attn_params (backward lists) */
     int64_t mask_strides[4];
-    /* attn_mask tile by tile (mma and hopper, forward and backward: attention_mask.cuh), or mask_lists
+    /* attn_mask tile by tile (mma forward and backward, hopper forward: attention_mask.cuh), or mask_lists
        NULL. mask: the element mask by mask_strides (batch, head, row, col; 0 broadcasts), of type
        mask_kind: 0 float32 (additive; naive's only kind), 1 bool (one byte, nonzero takes part).
        mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
@@ -127,11 +134,18 @@ typedef struct sy_attn_bwd_params {
     const int *mask_lists;
     int64_t mask_list_strides[3];
     int mask_block_q, mask_block_k;
+    float dropout_p;                            /* dropout, as in sy_attn_params: the forward's values */
+    uint64_t dropout_seed, dropout_offset;
 } sy_attn_bwd_params;
 
 int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream);   /* sm_90a, not deterministic: attention_hopper_bwd.cu */
+/* Test-only: the keep-mask (1 kept, 0 dropped) that the kernels use for dropout_p, dropout_seed and
+   dropout_offset, written to mask (B, H, Nq, Nk) uint8 contiguous by the kernels' own Philox groups
+   (cuda_src/attention_dropout.cu). */
+int sy_attn_dropout_mask(unsigned char *mask, int batch, int heads, int seqlen_q, int seqlen_k, float dropout_p,
+                         uint64_t dropout_seed, uint64_t dropout_offset, void *stream);
 /* Decode / KV-cache attention (cuda_src/attention_decode.cu, fp16/bf16, d 64/128; sm_80 and newer).
    Layouts as flash_attn_with_kvcache: q (B, Nq, Hq, d) and o (B, Nq, Hq, d), strides (batch, row, head)
    in elements; k_cache, v_cache (cache batch or page, row, head) strides, last dim contiguous, every

@@ -257,6 +257,7 @@ extern "C" int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream)
     if (status != kOk) return status;
     if (!params->dq_accum || !params->dk_accum || !params->dv_accum) return kInvalid;
     if (params->causal_offset || params->has_window) return kUnsupported;   // the band: mma and hopper
+    if (params->dropout_p != 0.f) return kUnsupported;                      // dropout: mma and hopper
     if (params->cu_seqlens_q || params->cu_seqlens_k) return kUnsupported;  // varlen: hopper only
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (params->dtype) {

@@ -340,6 +340,7 @@ inline int check_bwd_params(const sy_attn_bwd_params *p) {
     if (p->heads_kv < 1 || p->heads_q % p->heads_kv != 0) return kInvalid;
     if (p->seqlen_q < 1 || p->seqlen_k < 1 || p->head_dim < 1) return kInvalid;
     if (p->dtype != SY_ATTN_F32 && p->dtype != SY_ATTN_F16 && p->dtype != SY_ATTN_BF16) return kInvalid;
+    if (!(p->dropout_p >= 0.f && p->dropout_p < 1.f)) return kInvalid;   // NaN too
     return kOk;
 }
 

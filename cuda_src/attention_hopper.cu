@@ -20,6 +20,7 @@
 #include "attention_band.cuh"       // the causal / sliding-window band: Band, band_blocks
 #include "attention_common.cuh"
 #include "attention_mask.cuh"       // kBandMask: attn_mask tile by tile
+#include "attention_dropout.cuh"     // dropout: Philox keep-masks on P's fragments
 #include "hopper_primitives.cuh"   // PTX wrappers, tensor maps, SY_HOPPER_DEVICE_CODE
 #include "hopper_traits.cuh"
 #include "mma_primitives.cuh"      // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
@@ -31,6 +32,8 @@ namespace {
 // A kernel's mode: the band's (attention_band.cuh) in the low bits, plus kVarlenFlag for a packed
 // variable-length batch (p.cu_seqlens_q: each tile reads its sequence's offsets and lengths).
 constexpr int kVarlenFlag = 4;
+// kDropoutFlag: dropout (p.dropout_p, attention_dropout.cuh), instantiated with kBandNone and kBandCausal only.
+constexpr int kDropoutFlag = 8;
 
 // ---- the tile order ------------------------------------------------------------------------------------
 // Tile t: query block m of head (b, h), heads one after another, so the ~132 tiles in flight cover a
@@ -217,6 +220,7 @@ __device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CU
 template <class Tr, typename T, int kMode>
 struct Consumer {
     static constexpr int kBand = kMode & 3;
+    static constexpr bool kDropout = (kMode & kDropoutFlag) != 0;
     static constexpr int kNTilesS = Tr::kBlockN / 8;   // n8 column tiles of S
     static constexpr int kNTilesO = Tr::kHeadDim / 8;  // n8 column tiles of O
     using GemmS = typename WgmmaN<Tr::kBlockN>::template Op<T>;
@@ -414,6 +418,27 @@ struct Consumer {
         }
     }
 
+    // Dropout (attention_dropout.cuh) in two parts. draw: the keep bits of key block `block` (absolute) of
+    // tile w, made while the previous block's P V runs on the tensor cores (Philox is integer multiplies,
+    // off the wgmma's path) where registers allow: d = 64 (three consumers at 160 registers) draws after the
+    // wait (ptxas -v: drawing early spilled 8-12 bytes there; drawing late, 4 not causal and none causal).
+    // drop: P's dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are those of the
+    // undropped P, as torch's).
+    static constexpr bool kDrawEarly = Tr::kConsumerWGs == 2;
+    uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
+    __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
+        if constexpr (kDropout)
+            keep_rows_all(keep, make_dropout(p, w.b, w.h), row0 + thread_row, block * Tr::kBlockN, threadIdx.x % 32);
+    }
+    __device__ __forceinline__ void draw_early(const TileWork &w, int block, const sy_attn_params &p) {
+        if constexpr (kDrawEarly) draw(w, block, p);
+    }
+    template <bool kDrawNow = !kDrawEarly>
+    __device__ __forceinline__ void drop(const TileWork &w, int block, const sy_attn_params &p) {
+        if constexpr (kDrawNow) draw(w, block, p);
+        if constexpr (kDropout) dropout_rows_apply(rP, keep);
+    }
+
     // The tile's first S, once complete: the block with no P V of this tile before it.
     __device__ __forceinline__ void fold_first(const TileWork &x, const sy_attn_params &p, Band band) {
         fence_regs(flat_s());
@@ -446,7 +471,9 @@ struct Consumer {
         pass_turn();
         wgmma_wait<0>();
         fold_first(x, p, band);
+        draw_early(x, x.first_block, p);   // dropout (the block's first tile: no P V in flight to draw under)
         convert_p();
+        drop(x, x.first_block, p);
     }
 
     // One key block j >= 1 of tile c: S_j and P_{j-1} V_{j-1} are issued back to back; S_j's
@@ -466,9 +493,11 @@ struct Consumer {
         if (kMask) mask(c, c.first_block + j, p, band);
         fold();
         pin_softmax();
+        draw_early(c, c.first_block + j, p);   // dropout
         wgmma_wait<0>();   // P_{j-1} V_{j-1} is done: rP and acc are free
         retire_pv(c.kv0 + j - 1);
         convert_p();
+        drop(c, c.first_block + j, p);   // dropout
     }
 
     // Blocks 1.. of tile c: (local) the window's left edge, the unmasked ones, then the diagonal
@@ -507,10 +536,12 @@ struct Consumer {
         wgmma_wait<1>();   // x's S is done (c's P V may still run)
         fold_first(x, p, band);
         pin_softmax();
+        draw_early(x, x.first_block, p);   // dropout
         wgmma_wait<0>();
         retire_pv(c.kv0 + c.n_blocks - 1);
         store(p, c, c_row0, done);
         convert_p();
+        drop(x, x.first_block, p);   // dropout
     }
 
     // The block's last tile c: its last P V (the last warpgroup passes no turn after it: warpgroup 0
@@ -529,6 +560,7 @@ struct Consumer {
     __device__ void store(const sy_attn_params &p, const TileWork &c, int first_row, OnlineSoftmaxFragment<1> state) {
         float lse[2];
         state.finalize(acc, p.scale, lse);
+        if constexpr (kDropout) dropout_scale_acc(acc, 1.f / (1.f - p.dropout_p));
         T *gO = head_base(static_cast<T *>(p.o), p.o_strides, c.b, c.h);
         float *gLse = p.lse + (static_cast<int64_t>(c.b) * p.heads_q + c.h) * p.seqlen_q;
         int len_q = p.seqlen_q;
@@ -716,9 +748,24 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
                                : launch<Tr, T, kBandNone | kVarlen>(p, band, stream);
 }
 
-// Varlen at d = 64 and 128 (d = 256 answers SY_EUNSUPPORTED: not instantiated).
+// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated).
+template <class Tr, typename T>
+int launch_dropout(const sy_attn_params &p, cudaStream_t stream) {
+    int mode;
+    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                p.seqlen_k, &mode);
+    if (mode == kBandLocal) return kUnsupported;
+    return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, band, stream)
+                               : launch<Tr, T, kBandNone | kDropoutFlag>(p, band, stream);
+}
+
+// Varlen at d = 64 and 128 (d = 256 answers SY_EUNSUPPORTED: not instantiated); dropout likewise, not varlen.
 template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
+    if (p.dropout_p > 0.f) {
+        if (p.cu_seqlens_q || (p.head_dim != 64 && p.head_dim != 128)) return kUnsupported;
+        return p.head_dim == 64 ? launch_dropout<HopperTraitsD64, T>(p, stream) : launch_dropout<HopperTraitsD128, T>(p, stream);
+    }
     if (p.cu_seqlens_q) {
         if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T, kVarlenFlag>(p, stream);
         if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T, kVarlenFlag>(p, stream);
@@ -740,6 +787,7 @@ extern "C" int sy_attn_hopper_fwd(const sy_attn_params *params, void *stream) {
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || (p.mask != nullptr && !p.mask_lists)) return kUnsupported;
     if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
+    if (p.mask_lists && p.dropout_p != 0.f) return kUnsupported;   // a mask or dropout: no kernel has both
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     // Misaligned views: the Python layer copies them first; a direct C caller gets SY_EUNSUPPORTED.

@@ -25,6 +25,7 @@
 // The sm_90a body exists only where the arch-specific features do (as in attention_hopper.cu); the
 // launcher answers SY_EUNSUPPORTED elsewhere, and for the deterministic calls it cannot order (varlen,
 // fp16 at d = 64: the mma backward's separate dQ pass serves those).
+#include "attention_dropout.cuh"     // dropout: the forward's keep-mask, regenerated
 #include "hopper_bwd_pipeline.cuh"   // traits, shared memory, the producer warpgroup
 #include "softmax.cuh"                // fast_exp2
 
@@ -58,11 +59,17 @@
 namespace sy_attn {
 namespace {
 
+// kDropoutFlag, beside the band's bits and kVarlenFlag (hopper_bwd_pipeline.cuh): dropout (p.dropout_p,
+// attention_dropout.cuh), instantiated with kBandNone and kBandCausal only:
+// dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
+constexpr int kDropoutFlag = 8;
+
 #ifdef SY_HOPPER_DEVICE_CODE
 // ---- a consumer warpgroup: 64 keys ------------------------------------------------------------------------
 template <class Tr, typename T, int kMode>
 struct BwdConsumer {
     static constexpr int kBand = kMode & 3;
+    static constexpr bool kDropout = (kMode & kDropoutFlag) != 0;
     static constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     static constexpr bool kDqTma = Tr::kDqViaSmem && !kVarlen;
     using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
@@ -151,12 +158,27 @@ struct BwdConsumer {
             const float2 d = *reinterpret_cast<const float2 *>(delta + nt * 8 + 2 * (lane % 4));
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);
+                const float2 pr = MmaOp<T>::unpack((kDropout ? rdS : rP)[nt / 2][(nt % 2) * 2 + half]);   // P, undropped
                 tiles(dp)[nt][2 * half] = pr.x * (tiles(dp)[nt][2 * half] - d.x);
                 tiles(dp)[nt][2 * half + 1] = pr.y * (tiles(dp)[nt][2 * half + 1] - d.y);
             }
             if (nt % 2 == 1) pack_step(rdS[nt / 2], dp, nt / 2);
         }
+    }
+
+    // Dropout, once P^T is packed: rdS keeps P (compute_ds reads it there, then overwrites it with dS^T) and
+    // rP becomes P o Z for dV's GEMM (dV is scaled by 1 / (1 - p) at the store). A block's keys are the
+    // grid's (b = blockIdx.z, h = blockIdx.y; no varlen).
+    __device__ __forceinline__ void drop_p(const sy_attn_bwd_params &p, int n0, int m0) {
+        const Dropout d = make_dropout(p, blockIdx.z, blockIdx.y);
+        const int key = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
+        uint4 keep[Tr::kKStepsM / 2];
+        keep_cols_all(keep, d, key, m0, lane);
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk)
+#pragma unroll
+            for (int reg = 0; reg < 4; ++reg) rdS[kk][reg] = rP[kk][reg];
+        dropout_cols_packed(rP, keep);
     }
 
     // Accumulator n8 tiles 2kk, 2kk+1 -> the k16 A fragment kk (the forward's P conversion).
@@ -216,16 +238,19 @@ struct BwdConsumer {
     // for only when its result is needed, so the tensor cores run under this warpgroup's own work:
     // dP^T under P^T's exponentials, dV under dS^T and its store, dK under the dQ atomics.
     template <bool kMask>
-    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int len_k) {
+    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int len_k,
+                                         const sy_attn_bwd_params &p) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         issue_s_dp(stage);
         wgmma_wait<1>();   // S^T done; dP^T may still run
         fence_regs(s);
         compute_p<kMask>(stage, n0, m0, band, len_k);
+        if constexpr (kDropout) drop_p(p, n0, m0);
         issue_head_gemm(dV, rP, sm.dout, stage);   // dV += P^T dO
         wgmma_wait<1>();   // dP^T done; dV may still run
         fence_regs(dp);
+        if constexpr (kDropout) dropout_scale_by_packed(tiles(dp), rP, 1.f / (1.f - p.dropout_p));
         compute_ds(stage);
         store_ds(buffer);
         // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
@@ -264,16 +289,17 @@ struct BwdConsumer {
     // Varlen: the sequence's rows (seq.k_row0 ..) of dk, dv or of the (Hq, total_k, d) workspaces.
     __device__ void store(const sy_attn_bwd_params &p, int n0, int h, int b, const Sequence &seq) {
         const int row0 = n0 + wg * Tr::kKeysPerWG + warp * 16;
+        const float dv_scale = kDropout ? 1.f / (1.f - p.dropout_p) : 1.f;   // dropout: P o Z left it out
         if (p.heads_q == p.heads_kv) {
             T *gDk = head_base(static_cast<T *>(p.dk), p.dk_strides, seq.map_b, h) + int64_t(seq.k_row0) * p.dk_strides[2];
             T *gDv = head_base(static_cast<T *>(p.dv), p.dv_strides, seq.map_b, h) + int64_t(seq.k_row0) * p.dv_strides[2];
             store_rows<T>(gDk, p.dk_strides[2], row0, seq.len_k, tiles(dK), p.scale, lane);
-            store_rows<T>(gDv, p.dv_strides[2], row0, seq.len_k, tiles(dV), 1.f, lane);
+            store_rows<T>(gDv, p.dv_strides[2], row0, seq.len_k, tiles(dV), dv_scale, lane);
         } else {
             const int64_t head = (kVarlen ? int64_t(h) * p.seqlen_k + seq.k_row0 : bwd_row_index(p, b, h, 0, p.seqlen_k)) *
                                  Tr::kHeadDim;
             store_rows<float>(p.dk_accum + head, Tr::kHeadDim, row0, seq.len_k, tiles(dK), p.scale, lane);
-            store_rows<float>(p.dv_accum + head, Tr::kHeadDim, row0, seq.len_k, tiles(dV), 1.f, lane);
+            store_rows<float>(p.dv_accum + head, Tr::kHeadDim, row0, seq.len_k, tiles(dV), dv_scale, lane);
         }
     }
 };
@@ -356,9 +382,9 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             const bool masked = ragged || (kBand == kBandCausal ? m < queries.unmasked_begin
                                           : kBand == kBandLocal && (m < queries.unmasked_begin || m >= queries.unmasked_end));
             if (masked)
-                consumer.template tile<true>(i, m * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band, seq.len_k);
+                consumer.template tile<true>(i, m * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band, seq.len_k, p);
             else
-                consumer.template tile<false>(i, m * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band, seq.len_k);
+                consumer.template tile<false>(i, m * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band, seq.len_k, p);
         }
         consumer.store(p, n0, h, b, seq);
     }
@@ -428,6 +454,17 @@ int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t s
                                : launch<Tr, T, kBandNone | kVarlen>(p, rows_per_head, band, stream);
 }
 
+// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated), no varlen.
+template <class Tr, typename T>
+int launch_dropout(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
+    int mode;
+    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                p.seqlen_k, &mode);
+    if (mode == kBandLocal || p.cu_seqlens_q) return kUnsupported;
+    return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, rows_per_head, band, stream)
+                               : launch<Tr, T, kBandNone | kDropoutFlag>(p, rows_per_head, band, stream);
+}
+
 template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     const int rows_per_head = ceil_div(p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) *
@@ -436,6 +473,9 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
     using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
     using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
+    // Dropout at d = 64 is not instantiated: P's second copy (drop_p) over the 128-query tile's registers
+    // spilled 60-176 bytes; the mma backward serves it (sympathy/attention/cuda.py picks it).
+    if (p.dropout_p > 0.f) return p.head_dim == 128 ? launch_dropout<TraitsD128, T>(p, rows_per_head, stream) : kUnsupported;
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
                                 : launch_causal<TraitsD128, T, kVarlenFlag>(p, rows_per_head, stream);
@@ -453,6 +493,7 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32) return kUnsupported;
+    if (p.mask || p.mask_lists) return kUnsupported;   // attn_mask: the mma backward's tile lists
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
     if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64)))
         return kUnsupported;

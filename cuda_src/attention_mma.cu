@@ -10,6 +10,7 @@
 #include "attention_band.cuh"
 #include "attention_common.cuh"
 #include "attention_mask.cuh"   // kBandMask: attn_mask tile by tile
+#include "attention_dropout.cuh"   // dropout: Philox keep-masks on P's fragments
 #include "kernel_traits.cuh"
 #include "mma_primitives.cuh"
 #include "softmax.cuh"
@@ -17,7 +18,8 @@
 namespace sy_attn {
 namespace {
 
-template <class Tr, typename T, int kMode>
+// kDropout: p.dropout_p (attention_dropout.cuh), instantiated with kBandNone and kBandCausal only.
+template <class Tr, typename T, int kMode, bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
 mma_fwd_kernel(const sy_attn_params p, const Band band) {
     using Mma = MmaOp<T>;
@@ -117,6 +119,17 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
         const uint32_t sKj_lane = sK_lane + (j % Tr::kStages) * kStageBytes;   // tile j: [kBlockN][kHeadDim]
         const uint32_t sVj_lane = sV_lane + (j % Tr::kStages) * kStageBytes;
 
+        // Dropout: the block's keep bits, drawn before S exists (Philox's temporaries never meet S's registers)
+        // or after P is packed: ptxas -v (sm_80, sm_90a) spilled least drawing early except for the 128-row
+        // d = 128 tile with a band (28 bytes late, 100 early; its no-dropout build spills 56 already).
+        constexpr bool kDrawEarly = !(Tr::kHeadDim == 128 && kMode != kBandNone);
+        uint4 keep[Tr::kMAtoms][kDropout ? Tr::kKStepsPV / 2 : 1];
+        if constexpr (kDropout && kDrawEarly) {
+#pragma unroll
+            for (int ma = 0; ma < Tr::kMAtoms; ++ma)
+                keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
+        }
+
         // S = Q K^T: [kMAtoms][kNTilesS] m16n8 fragments of this warp's rows x the block's keys.
         float rS[Tr::kMAtoms][Tr::kNTilesS][4];
 #pragma unroll
@@ -199,6 +212,14 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
                 rP[ma][kk][2] = Mma::pack(rS[ma][2 * kk + 1][0], rS[ma][2 * kk + 1][1]);
                 rP[ma][kk][3] = Mma::pack(rS[ma][2 * kk + 1][2], rS[ma][2 * kk + 1][3]);
             }
+        if constexpr (kDropout) {   // after the softmax summed P: l_i and the LSE are the undropped ones
+#pragma unroll
+            for (int ma = 0; ma < Tr::kMAtoms; ++ma) {
+                if constexpr (!kDrawEarly)
+                    keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
+                dropout_rows_apply(rP[ma], keep[ma]);
+            }
+        }
 
         // acc += P V
 #pragma unroll
@@ -238,6 +259,7 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
 
     float lse[2 * Tr::kMAtoms];
     softmax.finalize(acc, p.scale, lse);
+    if constexpr (kDropout) dropout_scale_acc(acc, 1.f / (1.f - p.dropout_p));
 
     // Epilogue: rows at or past seqlen_q were computed on zero-filled Q and are not stored.
     T *gO = head_base(static_cast<T *>(p.o), p.o_strides, b, h);
@@ -258,9 +280,9 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
         }
 }
 
-template <class Tr, typename T, int kMode>
+template <class Tr, typename T, int kMode, bool kDropout = false>
 int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
-    auto kernel = mma_fwd_kernel<Tr, T, kMode>;
+    auto kernel = mma_fwd_kernel<Tr, T, kMode, kDropout>;
     // Above 48 KiB a block's dynamic shared memory must be opted into, per kernel.
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     if (err != cudaSuccess) return static_cast<int>(err);
@@ -280,6 +302,11 @@ int launch_band(const sy_attn_params &p, cudaStream_t stream) {
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
+    if (p.dropout_p > 0.f) {   // dropout: no window (not instantiated)
+        if (mode == kBandLocal) return kUnsupported;
+        return mode == kBandCausal ? launch<TrBand, T, kBandCausal, true>(p, band, stream)
+                                   : launch<Tr, T, kBandNone, true>(p, band, stream);
+    }
     if (mode == kBandLocal) return launch<TrBand, T, kBandLocal>(p, band, stream);
     return mode == kBandCausal ? launch<TrBand, T, kBandCausal>(p, band, stream) : launch<Tr, T, kBandNone>(p, band, stream);
 }
@@ -301,6 +328,7 @@ extern "C" int sy_attn_mma_fwd(const sy_attn_params *params, void *stream) {
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || (p.mask != nullptr && !p.mask_lists)) return kUnsupported;
     if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
+    if (p.mask_lists && p.dropout_p != 0.f) return kUnsupported;   // a mask or dropout: no kernel has both
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!aligned16(p.q, p.q_strides) || !aligned16(p.k, p.k_strides) || !aligned16(p.v, p.v_strides))
         return kInvalid;

@@ -18,6 +18,7 @@
 #include "attention_band.cuh"
 #include "attention_bwd_common.cuh"
 #include "attention_mask.cuh"   // kBandMask: attn_mask tile by tile
+#include "attention_dropout.cuh"   // dropout: the forward's keep-mask, regenerated
 #include "kernel_traits.cuh"
 #include "mma_primitives.cuh"
 #include "softmax.cuh"
@@ -85,7 +86,8 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[kNTiles][4], const uint32_t
 }
 
 // ---- dkdv: the K/V-block outer loop ------------------------------------------------------------------------
-template <class Tr, typename T, int kMode, bool kAtomicDq>
+// kDropout: p.dropout_p (attention_dropout.cuh): dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
+template <class Tr, typename T, int kMode, bool kAtomicDq, bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
 dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     static_assert(Tr::kBlockN == 16 * Tr::kNWarps, "warp w owns keys 16w .. 16w + 15");
@@ -206,16 +208,21 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
                     rS[nt][r] = fast_exp2(s * scale_log2 - (r % 2 ? lse.y : lse.x));
                 }
             }
+            // Dropout: the slice's keep bits, for P^T (dV) and dP^T (dS).
+            uint4 keep[Tr::kNTilesSlice / 4];
+            if constexpr (kDropout) keep_cols_all(keep, make_dropout(p, b, h), key_row0 + lane / 4, m0 + q0, lane);
             // dV += P^T dO
             {
                 uint32_t rP[Tr::kNTilesSlice / 2][4];
                 pack_a<T>(rP, rS);
+                if constexpr (kDropout) dropout_cols_packed(rP, keep);
                 gemm_ab<Tr, T>(dV, rP, sdO_bt + tile_offset);
             }
             // dP^T = V dO^T, then dS^T = P^T o (dP^T - D[query]) in place.
             float rdP[Tr::kNTilesSlice][4];
             zero(rdP);
             gemm_abt<Tr, T>(rdP, sV_a, sdO_b + tile_offset);
+            if constexpr (kDropout) dropout_cols_scale(rdP, keep, 1.f / (1.f - p.dropout_p));
 #pragma unroll
             for (int nt = 0; nt < Tr::kNTilesSlice; ++nt) {
                 const float2 d = *reinterpret_cast<const float2 *>(sD_t + Fragment::col(nt, 0, lane));
@@ -275,23 +282,24 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     }
     cp_async_wait<0>();   // no copy may still target shared memory when the block exits
 
-    // dK carries the softmax scale (S = scale * Q K^T); dV does not.
+    // dK carries the softmax scale (S = scale * Q K^T); dV does not (dropout: 1 / (1 - p), which P o Z left out).
+    const float dv_scale = kDropout ? 1.f / (1.f - p.dropout_p) : 1.f;
     if (p.heads_q == p.heads_kv) {
         store_rows<T>(head_base(static_cast<T *>(p.dk), p.dk_strides, b, h), p.dk_strides[2], key_row0, p.seqlen_k,
                           dK, p.scale, lane);
         store_rows<T>(head_base(static_cast<T *>(p.dv), p.dv_strides, b, h), p.dv_strides[2], key_row0, p.seqlen_k,
-                          dV, 1.f, lane);
+                          dV, dv_scale, lane);
     } else {
         const int64_t head = bwd_row_index(p, b, h, 0, p.seqlen_k) * Tr::kHeadDim;
         store_rows<float>(p.dk_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dK, p.scale, lane);
-        store_rows<float>(p.dv_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dV, 1.f, lane);
+        store_rows<float>(p.dv_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dV, dv_scale, lane);
     }
 }
 
 // ---- dq: the Q-block outer loop (deterministic mode) -----------------------------------------------------
 // Warp w owns query rows 16w .. 16w + 15 and walks the key blocks in order: S = Q K^T and dP = dO V^T
 // in registers, dS packed straight into the A operand of dQ += dS K. No atomics: fixed bits.
-template <class Tr, typename T, int kMode>
+template <class Tr, typename T, int kMode, bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
 dq_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     static_assert(Tr::kBlockM == 16 * Tr::kNWarps, "warp w owns query rows 16w .. 16w + 15");
@@ -367,6 +375,8 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
         float rdP[Tr::kNTilesN][4];
         zero(rdP);
         gemm_abt<Tr, T>(rdP, sdO_a, sV_b + stage * kStageBytes);
+        if constexpr (kDropout)   // dS = P o (Z o dP / (1 - p) - D)
+            dropout_rows_scale(rdP, make_dropout(p, b, h), query_row0 + lane / 4, n_block * Tr::kBlockN, lane);
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTilesN; ++nt)
 #pragma unroll
@@ -389,7 +399,7 @@ dq_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
 }
 
 // ---- launch ---------------------------------------------------------------------------------------------
-template <class Tr, class TrDq, typename T, int kMode>
+template <class Tr, class TrDq, typename T, int kMode, bool kDropout = false>
 int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream_t stream) {
     int status;
     if ((status = launch_preprocess<T>(p, rows_per_head, stream)) != kOk) return status;
@@ -400,7 +410,9 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     }
     // Above 48 KiB a block's dynamic shared memory must be opted into, per kernel.
     // kBandMask: atomic dQ only (the deterministic dq pass has no mask mode: the launcher refuses it).
-    auto dkdv = kMode == kBandMask || !p.deterministic ? dkdv_kernel<Tr, T, kMode, true> : dkdv_kernel<Tr, T, kMode == kBandMask ? kBandNone : kMode, false>;
+    auto dkdv = kMode == kBandMask || !p.deterministic
+                    ? dkdv_kernel<Tr, T, kMode, true, kDropout>
+                    : dkdv_kernel<Tr, T, kMode == kBandMask ? kBandNone : kMode, false, kDropout>;
     err = cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kDkdvSmemBytes);
     if (err != cudaSuccess) return static_cast<int>(err);
     dim3 kv_grid(ceil_div(p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
@@ -408,7 +420,7 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     if ((status = launch_status()) != kOk) return status;
 
     if (kMode != kBandMask && p.deterministic) {
-        auto dq = dq_kernel<TrDq, T, kMode == kBandMask ? kBandNone : kMode>;
+        auto dq = dq_kernel<TrDq, T, kMode == kBandMask ? kBandNone : kMode, kDropout>;
         err = cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, TrDq::kDqSmemBytes);
         if (err != cudaSuccess) return static_cast<int>(err);
         dim3 q_grid(ceil_div(p.seqlen_q, TrDq::kBlockM), p.heads_q, p.batch);
@@ -432,6 +444,11 @@ int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t s
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
+    if (p.dropout_p > 0.f) {   // dropout: no window (not instantiated)
+        if (mode == kBandLocal) return kUnsupported;
+        return mode == kBandCausal ? launch<Tr, TrDq, T, kBandCausal, true>(p, rows_per_head, band, stream)
+                                   : launch<Tr, TrDq, T, kBandNone, true>(p, rows_per_head, band, stream);
+    }
     if (mode == kBandLocal) return launch<Tr, TrDq, T, kBandLocal>(p, rows_per_head, band, stream);
     return mode == kBandCausal ? launch<Tr, TrDq, T, kBandCausal>(p, rows_per_head, band, stream)
                                : launch<Tr, TrDq, T, kBandNone>(p, rows_per_head, band, stream);
@@ -467,6 +484,7 @@ extern "C" int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream) {
     if (p.dtype == SY_ATTN_F32 || p.cu_seqlens_q || p.cu_seqlens_k) return kUnsupported;   // varlen: hopper only
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
+    if (p.mask_lists && p.dropout_p != 0.f) return kUnsupported;   // a mask or dropout: no kernel has both
     if (!p.lse_log2 || (!p.deterministic && !p.dq_accum)) return kInvalid;
     if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;
     if (!rows_aligned(p.q, p.q_strides, 16) || !rows_aligned(p.k, p.k_strides, 16) ||

@@ -142,6 +142,7 @@ extern "C" int sy_attn_naive_fwd(const sy_attn_params *params, void *stream) {
     if (!p.workspace) return kInvalid;
     if (p.causal_offset || p.has_window) return kUnsupported;   // the band: mma and hopper (a mask here)
     if (p.mask_kind != 0 || p.mask_lists) return kUnsupported;   // float32 masks only (attention_mask.cuh: the tiled kinds)
+    if (p.dropout_p != 0.f) return kUnsupported;                // dropout: mma and hopper
     // Grid limits: B * Hq blocks in z, and (B * Hq * Nq) softmax rows in x.
     if (static_cast<int64_t>(p.batch) * p.heads_q > 65535 || p.seqlen_q / Tr::kTile + 1 > 65535) return kUnsupported;
     if (static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q > 0x7fffffffLL) return kUnsupported;

@@ -128,6 +128,7 @@ extern "C" int sy_attn_tiled_fwd(const sy_attn_params *params, void *stream) {
     if (status != kOk) return status;
     if (params->mask != nullptr) return kUnsupported;
     if (params->causal_offset || params->has_window) return kUnsupported;   // the band: mma and hopper
+    if (params->dropout_p != 0.f) return kUnsupported;                      // dropout: mma and hopper
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     switch (params->dtype) {
         case SY_ATTN_F32: return launch_head_dim<float>(*params, s);

@@ -60,9 +60,10 @@ def test_patch_on_cuda_counts_our_calls_and_torchs():
     q, k, v = qkv()
     with sy.attention.patch() as stats:
         ours = F.scaled_dot_product_attention(q, k, v, None, 0.0, True, enable_gqa=True)
-        F.scaled_dot_product_attention(q, k, v, None, 0.1, True, enable_gqa=True)   # dropout: torch's
+        F.scaled_dot_product_attention(q, k, v, None, 0.1, True, enable_gqa=True)   # dropout: ours (dropout.py)
+        F.scaled_dot_product_attention(*(t.double() for t in (q, k, v)), None, 0.1, True, enable_gqa=True)   # torch's
     assert_close_rel(ours, F.scaled_dot_product_attention(q, k, v, None, 0.0, True, enable_gqa=True))
-    assert (stats.taken, stats.fallbacks, dict(stats.paths)) == (1, 1, {"cuda": 1})
+    assert (stats.taken, stats.fallbacks, dict(stats.paths)) == (2, 1, {"cuda": 1, "cuda+dropout": 1})
 
 
 def test_tiny_bf16_llama_matches_sdpa_on_cuda():

@@ -374,8 +374,15 @@ def _set_band(p, causal_offset: int, window) -> None:
     p.window_left, p.window_right = window
 
 
+def _set_dropout(p, dropout) -> None:
+    """The dropout fields of a sy_attn_params or sy_attn_bwd_params: (dropout_p, seed, offset) or None
+    (dropout.py; ffi.new left them 0: no dropout)."""
+    if dropout is not None:
+        p.dropout_p, p.dropout_seed, p.dropout_offset = dropout
+
+
 def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=None, lse=None, *,
-            causal_offset: int = 0, window=NO_WINDOW):
+            causal_offset: int = 0, window=NO_WINDOW, dropout=None):
     """Run one kernel on checked inputs. out and lse may be given (the tests pass NaN-poisoned
     buffers, contiguous, of the right shape and dtype, to catch elements a kernel fails to write).
 
@@ -433,6 +440,7 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     p.scale = scale
     p.is_causal = int(is_causal)
     _set_band(p, causal_offset, window)
+    _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
@@ -442,7 +450,7 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
 
 
 def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float, deterministic: bool,
-                kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW):
+                kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW, dropout=None):
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
     math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the mma
@@ -452,10 +460,14 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     band = has_band(causal_offset, window)
-    # attn_mask: tile by tile on the mma backward (mask_tiles.py; atomic dQ), else the math backward.
-    mask_tiles = attn_mask is not None and q.dtype in (torch.float16, torch.bfloat16) and tile_shape("mma", d, True) \
-        and not band and not deterministic and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE)
+    # attn_mask: tile by tile on the mma backward (mask_tiles.py; atomic dQ), else the math backward. No
+    # kernel has a mask and dropout together (dropout.dropout_reason keeps such calls off both).
+    mask_tiles = attn_mask is not None and dropout is None and q.dtype in (torch.float16, torch.bfloat16) \
+        and tile_shape("mma", d, True) and not band and not deterministic \
+        and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE)
     if (attn_mask is not None and not mask_tiles) or d not in BWD_HEAD_DIMS or (band and q.dtype == torch.float32):
+        if dropout is not None:   # dropout.dropout_reason keeps such calls off the fused dropout
+            raise NotImplementedError("the torch-math backward has no dropout")
         return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale, causal_offset=causal_offset,
                               window=window)
     q, scale, dq_sign = _kernel_q_and_scale(q, scale)
@@ -471,9 +483,10 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     # kernels may still run: safe on one stream (see _launch).
     # The hopper backward is deterministic too where its dQ goes through shared memory (bf16, or d = 128):
     # its key blocks add each query tile in a fixed order. fp16 at d = 64 takes the mma backward's pass,
-    # and a masked call the mma backward's mask lists.
+    # a masked call the mma backward's mask lists, and dropout at d = 64 the mma backward (the hopper
+    # backward's d = 64 tile has no registers for it).
     hopper = tensor_cores and kernel == "hopper" and attn_mask is None \
-        and (not deterministic or q.dtype == torch.bfloat16 or d == 128)
+        and (not deterministic or q.dtype == torch.bfloat16 or d == 128) and not (dropout is not None and d == 64)
     if tensor_cores:
         # The hopper backward has no separate dQ pass: it accumulates dQ into dq_accum at every length.
         deterministic = deterministic or (not hopper and attn_mask is None and Nk <= SEPARATE_DQ_MAX_KEYS)
@@ -503,6 +516,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     if attn_mask is not None:
         mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "mma", d, backward=True)
         _fill_mask_params(p, ffi, mask)
+    _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
     with torch.cuda.device(q.device):
@@ -580,15 +594,14 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
                        causal_offset: int = 0):
     """(out, lse): attention and each query row's natural-log log-sum-exp of its scaled scores.
 
-    Signature as torch's SDPA; dropout_p must be 0 (the kernels have none: NotImplementedError).
-    lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
+    Signature as torch's SDPA. dropout_p > 0 runs the fused dropout of dropout.py (mma and hopper,
+    fp16/bf16, d 64/128, no attn_mask, no sliding window; NotImplementedError naming the reason
+    otherwise); lse is then the undropped softmax's. lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
     differentiable in q, k, v (see scaled_dot_product_attention for `deterministic`, `window` and
     `causal_offset`). A stable entry for callers that build on the kernels (KV-cache prefill:
     is_causal=True, causal_offset=Nk - Nq; ring attention: the LSE).
     """
-    if check_dropout(dropout_p) > 0.0:
-        raise NotImplementedError(f"dropout_p={dropout_p}: the CUDA kernels have no dropout; "
-                                  "sy.attention.scaled_dot_product_attention runs torch's SDPA for it")
+    dropout_p = check_dropout(dropout_p)
     if deterministic is None:
         deterministic = _torch().are_deterministic_algorithms_enabled()
     if not isinstance(deterministic, bool):
@@ -602,8 +615,17 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
             attn_mask, is_causal, causal_offset = None, True, bias_offset
     band = has_band(causal_offset, window)
     kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band)
+    if dropout_p > 0.0:   # dropout.py: a call it cannot take is refused before any kernel runs
+        from . import dropout
+
+        reason = dropout.dropout_reason(q, k, v, attn_mask, dropout_p, kernel, window, causal_offset)
+        if reason is not None:
+            raise NotImplementedError(f"{reason}; sy.attention.scaled_dot_product_attention runs torch's SDPA for it")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    if dropout_p > 0.0:
+        return dropout.attention(q, k, v, dropout_p, is_causal, scale, kernel, deterministic=deterministic,
+                                 window=window, causal_offset=causal_offset)
     if not band:   # the eight-argument form: the graph of an unbanded call is what it was
         return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic)
     return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic, causal_offset, *window)
@@ -616,7 +638,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     """torch.nn.functional.scaled_dot_product_attention, forward and backward, on sympathy's CUDA kernels.
 
     CUDA tensors only (sy.attention.scaled_dot_product_attention takes every device); torch's
-    signature, dropout_p must be 0.
+    signature; dropout_p > 0 as attention_with_lse says.
 
     q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d): CUDA tensors, float32/float16/bfloat16, any strides
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;

@@ -10,7 +10,8 @@ our own options (kernel, deterministic, threads) come after them. Where a call g
     CPU float32 tensors  the C kernel (c_src/attention.c) as the custom op sympathy::attention_cpu,
                          differentiable (the backward is cuda._math_backward's formula in torch ops)
     NumPy arrays         sy.attention.cpu
-    dropout_p > 0        torch's own SDPA (our kernels have no dropout yet: never silently ignored)
+    dropout_p > 0        CUDA fp16/bf16 at d 64/128 without a mask or window: the fused dropout of the
+                         CUDA kernels (dropout.py); anything else torch's own SDPA
     an empty input       torch's own SDPA (torch's answer, exactly: zeros where no key exists)
 
 attn_mask: a boolean mask that is left padding (key j takes part when j >= start[b]), alone or with
@@ -133,8 +134,8 @@ def _structural_reason(query, key, value, dropout_p, is_causal, scale, enable_gq
 
     if not all(isinstance(t, torch.Tensor) for t in (query, key, value)):
         return "query, key and value are not all torch tensors"
-    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or dropout_p != 0:
-        return "dropout_p > 0 (our kernels have no dropout)"
+    if not isinstance(dropout_p, (int, float)) or isinstance(dropout_p, bool) or not 0 <= dropout_p <= 1:
+        return f"dropout_p {dropout_p!r} (torch's own check)"
     if not isinstance(is_causal, bool):
         return f"is_causal of type {type(is_causal).__name__}"
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
@@ -154,6 +155,31 @@ def _structural_reason(query, key, value, dropout_p, is_causal, scale, enable_gq
     if Hq != key.shape[1] and not (enable_gqa and Hq % key.shape[1] == 0):
         return "heads that do not match (torch raises)"
     return None
+
+
+def _decide_dropout(query, key, value, attn_mask, dropout_p, is_causal, scale, gqa, kernel, deterministic, window,
+                    causal_offset) -> Decision:
+    """dropout_p > 0: the fused dropout of dropout.py (CUDA, fp16/bf16, d 64/128, no mask, no sliding
+    window), else torch's SDPA with dropout.dropout_reason's reason."""
+    import torch
+
+    from . import dropout
+    from .band import NO_WINDOW
+
+    window = window or NO_WINDOW
+    reason = dropout.dropout_reason(query, key, value, attn_mask, dropout_p, kernel, window, causal_offset)
+    if reason:
+        return Decision(reason=reason)
+    try:
+        picked = cuda._check_inputs(query, key, value, None, is_causal, scale, gqa, kernel,
+                                    has_band(causal_offset, window))
+    except (ValueError, TypeError, NotImplementedError, NotSupportedError) as exc:
+        return Decision(reason=f"CUDA kernels: {exc}")
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    return Decision(path="cuda+dropout", run=lambda: dropout.attention(
+        query, key, value, dropout_p, is_causal, scale, picked, deterministic=bool(deterministic), window=window,
+        causal_offset=causal_offset)[0])
 
 
 def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
@@ -185,6 +211,9 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
         scale = 1.0 / math.sqrt(query.shape[-1])
     gqa = query.shape[1] != key.shape[1]
     on_cuda = query.device.type == "cuda"
+    if dropout_p > 0:
+        return _decide_dropout(query, key, value, attn_mask, float(dropout_p), is_causal, scale, gqa, kernel,
+                               deterministic, window, causal_offset)
     if attn_mask is not None and not band:
         split = split_left_padding(attn_mask, query, key, is_causal)
         if split is not None:
@@ -229,8 +258,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     Same signature, defaults and meaning as torch's. CUDA tensors run the CUDA kernels (`kernel`:
     "auto", "naive", "tiled", "mma", "hopper"; `deterministic` as in cuda.py); CPU tensors the C
     kernel (float32 only, `kernel` "auto" or "cpu", `threads` default torch.get_num_threads());
-    NumPy arrays sy.attention.cpu. Differentiable on both devices. dropout_p > 0 and empty inputs
-    run torch's own SDPA. What our kernels cannot take raises (TypeError for a dtype, ValueError for
+    NumPy arrays sy.attention.cpu. Differentiable on both devices. dropout_p > 0 runs the fused dropout
+    (dropout.py) where it serves, torch's own SDPA elsewhere; so do empty inputs. What our kernels cannot take raises (TypeError for a dtype, ValueError for
     bad shapes, NotImplementedError for a feature) before any kernel runs; sy.attention.patch() is
     the mode that falls back to torch instead.
 
@@ -258,7 +287,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor (or all three NumPy arrays); got {type(t).__name__}")
-    if check_dropout(dropout_p) > 0.0 or min(t.numel() for t in (query, key, value)) == 0:
+    empty = min(t.numel() for t in (query, key, value)) == 0
+    if check_dropout(dropout_p) > 0.0 and not empty:   # the fused dropout (dropout.py) where it serves
+        decision = decide(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, kernel=kernel,
+                          deterministic=deterministic, threads=threads, window=window, causal_offset=causal_offset)
+        if decision.run is not None:
+            return decision.run()
+    if dropout_p > 0.0 or empty:
         if banded:
             raise NotImplementedError("window and causal_offset with dropout_p > 0 or an empty input: torch's "
                                       "SDPA, which runs those, has no band (pass the band as attn_mask)")

@@ -13,8 +13,9 @@ SDPA: no mask -> is_causal on our kernels; a left-padded batch -> one unmasked c
 whole batch (Mistral-style sliding windows, `sliding_window` from the model; a prefill over a cache,
 bottom-right) -> the band of band.py on our kernels, no mask read; any other mask (right padding, padding
 with the causal triangle, ...) on fp16/bf16 at d 64/128 -> tile by tile on our kernels (mask_tiles.py,
-path "cuda+mask"). Everything else (dropout in training, other
-masks, dtypes the device's kernel lacks, softcap, position bias, a paged cache, output_attentions)
+path "cuda+mask"). dropout (training) -> the fused dropout of dropout.py where it serves (no mask, no
+sliding window). Everything else (dropout with a mask, other masks, dtypes the device's kernel lacks,
+softcap, position bias, a paged cache, output_attentions)
 runs transformers' own `sdpa_attention_forward`, counted with its reason in
 `sy.attention.patch_stats()`. transformers stays optional: it is imported only here.
 """
@@ -93,7 +94,7 @@ def sympathy_attention_forward(module, query, key, value, attention_mask, dropou
 
 def _decode_fits(query, key, value, dropout: float, module) -> bool:
     """The decode kernel's conditions: CUDA (sm_80+), fp16/bf16, head dim 64 or 128, one dtype, no dropout
-    in training, no gradient wanted (the kernel is inference only: a differentiable call must not lose
+    (the model passes 0.0 outside training), no gradient wanted (the kernel is inference only: a differentiable call must not lose
     its gradients), and K/V rows 16-byte aligned (cp.async); anything else takes the general path."""
     import torch
 
@@ -106,7 +107,7 @@ def _decode_fits(query, key, value, dropout: float, module) -> bool:
         return False
     if query.shape[-1] not in DECODE_HEAD_DIMS or key.shape[-1] != query.shape[-1] or value.shape != key.shape:
         return False
-    if (dropout > 0.0 and getattr(module, "training", False)) or query.shape[1] % key.shape[1] != 0:
+    if dropout > 0.0 or query.shape[1] % key.shape[1] != 0:   # as sdpa_attention_forward: dropout whenever passed
         return False
     if any(t.data_ptr() % 16 or t.stride(-1) != 1 or any(s % 8 for s in t.stride()[:3]) for t in (key, value)):
         return False
