@@ -474,8 +474,13 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
     using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
     // Dropout at d = 64 is not instantiated: P's second copy (drop_p) over the 128-query tile's registers
-    // spilled 60-176 bytes; the mma backward serves it (sympathy/attention/cuda.py picks it).
-    if (p.dropout_p > 0.f) return p.head_dim == 128 ? launch_dropout<TraitsD128, T>(p, rows_per_head, stream) : kUnsupported;
+    // spilled 60-176 bytes; the mma backward serves it (sympathy/attention/cuda.py picks it). At d = 128 it
+    // keeps the dQ atomics: with the dQ shares in shared memory the same copy spilled 16-24 bytes, so it
+    // has no ordered (deterministic) dQ either, and the mma backward serves deterministic calls.
+    if (p.dropout_p > 0.f) {
+        if (p.head_dim != 128 || p.deterministic) return kUnsupported;
+        return launch_dropout<HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, false>, T>(p, rows_per_head, stream);
+    }
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
                                 : launch_causal<TraitsD128, T, kVarlenFlag>(p, rows_per_head, stream);

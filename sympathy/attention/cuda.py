@@ -483,10 +483,11 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     # kernels may still run: safe on one stream (see _launch).
     # The hopper backward is deterministic too where its dQ goes through shared memory (bf16, or d = 128):
     # its key blocks add each query tile in a fixed order. fp16 at d = 64 takes the mma backward's pass,
-    # a masked call the mma backward's mask lists, and dropout at d = 64 the mma backward (the hopper
-    # backward's d = 64 tile has no registers for it).
+    # a masked call the mma backward's mask lists, and dropout at d = 64 or deterministic the mma backward
+    # (the hopper backward's dropout keeps the dQ atomics: attention_hopper_bwd.cu says why).
     hopper = tensor_cores and kernel == "hopper" and attn_mask is None \
-        and (not deterministic or q.dtype == torch.bfloat16 or d == 128) and not (dropout is not None and d == 64)
+        and (not deterministic or q.dtype == torch.bfloat16 or d == 128) \
+        and not (dropout is not None and (d == 64 or deterministic))
     if tensor_cores:
         # The hopper backward has no separate dQ pass: it accumulates dQ into dq_accum at every length.
         deterministic = deterministic or (not hopper and attn_mask is None and Nk <= SEPARATE_DQ_MAX_KEYS)
