@@ -187,7 +187,7 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
            mask_kernel: bool = True, window=None, causal_offset: int = 0) -> Decision:
     """Route one call. mask_kernel: let a general attn_mask run on the CUDA `naive` kernel (the direct
     call does; patch() and transformers send it to torch, whose masked kernels are faster). Masks the
-    fast kernels take tile by tile (fp16/bf16, d 64/128: mask_tiles.py) run there either way."""
+    fast kernels take tile by tile (fp16/bf16, d 64/128: mask_tiles.py) run there either way.
     window, causal_offset: the band (band.py), checked by the caller; torch's CausalBias attn_mask
     becomes the band here."""
     reason = _structural_reason(query, key, value, dropout_p, is_causal, scale, enable_gqa)
