@@ -121,15 +121,10 @@ typedef struct sy_attn_bwd_params {
        up to SY_ATTN_BWD_ROW_ALIGN), dq_accum (Hq, total_q, d), dk_accum and dv_accum (Hq, total_k, d). */
     const int *cu_seqlens_q, *cu_seqlens_k;
     int max_seqlen_q, max_seqlen_k;
-    const void *mask;                           /* attn_mask, as in sy_attn_params (backward lists) */
+    /* attn_mask tile by tile, as in sy_attn_params; here mask_lists are the backward's (per key block, entries
+       query blocks). The mma backward only: the hopper backward answers SY_EUNSUPPORTED. */
+    const void *mask;
     int64_t mask_strides[4];
-    /* attn_mask tile by tile (mma forward and backward, hopper forward: attention_mask.cuh), or mask_lists
-       NULL. mask: the element mask by mask_strides (batch, head, row, col; 0 broadcasts), of type
-       mask_kind: 0 float32 (additive; naive's only kind), 1 bool (one byte, nonzero takes part).
-       mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
-       ...] by mask_list_strides (0 broadcasts); row blocks are query blocks of mask_block_q rows in the
-       forward (entries: key blocks of mask_block_k) and key blocks in the backward (entries: query
-       blocks); a kernel refuses tiles of another shape. Not with a band, varlen or (mma) deterministic. */
     int mask_kind;
     const int *mask_lists;
     int64_t mask_list_strides[3];
@@ -140,7 +135,7 @@ typedef struct sy_attn_bwd_params {
 
 int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream);
-int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream);   /* sm_90a, not deterministic: attention_hopper_bwd.cu */
+int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream);   /* sm_90a: attention_hopper_bwd.cu */
 /* Test-only: the keep-mask (1 kept, 0 dropped) that the kernels use for dropout_p, dropout_seed and
    dropout_offset, written to mask (B, H, Nq, Nk) uint8 contiguous by the kernels' own Philox groups
    (cuda_src/attention_dropout.cu). */
