@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from sympathy._errors import NotSupportedError
-from sympathy.attention import cuda
+from sympathy.attention import cuda, cuda_build
 
 
 def _has_nvcc() -> bool:
@@ -39,7 +39,7 @@ def tiny_sources(tmp_path, monkeypatch):
     src.mkdir()
     (src / "attention_api.h").write_text("/* CDEF BEGIN */\nint sy_tiny(int x);\n/* CDEF END */\n")
     (src / "tiny.cu").write_text('extern "C" int sy_tiny(int x) { return x + 1; }\n')
-    monkeypatch.setattr(cuda, "source_dir", lambda: src)
+    monkeypatch.setattr(cuda_build, "source_dir", lambda: src)   # where the loader looks it up (cuda re-exports it)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return src
 
@@ -58,6 +58,17 @@ def test_build_caches_by_source_hash_and_rebuilds_on_change_or_force(tiny_source
     ffi = cffi.FFI()
     ffi.cdef(cuda._cdef())
     assert ffi.dlopen(str(cuda.build("sm_80"))).sy_tiny(40) == 42
+
+
+@needs_nvcc
+def test_a_header_only_change_changes_the_cache_key(tiny_sources):
+    """A .cuh is compiled into every .cu that includes it: editing one alone must rebuild the library."""
+    (tiny_sources / "tiny.cuh").write_text("#pragma once\n")
+    nvcc = cuda.find_nvcc()
+    key = cuda._source_key("sm_80", nvcc)
+    assert cuda._source_key("sm_80", nvcc) == key
+    (tiny_sources / "tiny.cuh").write_text("#pragma once\nconstexpr int kTiny = 1;\n")
+    assert cuda._source_key("sm_80", nvcc) != key
 
 
 @needs_nvcc
@@ -101,7 +112,7 @@ def test_build_cuda_command_without_nvcc_prints_one_line_and_fails(monkeypatch, 
     def no_nvcc():
         raise NotSupportedError("nvcc not found (CUDA toolkit)")
 
-    monkeypatch.setattr(cuda, "find_nvcc", no_nvcc)
+    monkeypatch.setattr(cuda_build, "find_nvcc", no_nvcc)
     assert main(["build-cuda", "--arch", "sm_80"]) == 1
     out = capsys.readouterr().out
     assert "nvcc not found" in out and "Traceback" not in out

@@ -1,6 +1,6 @@
 """cffi build script for sympathy._ring: the Disruptor core, one C file per concept (c_src/ring_*.c,
-sharing c_src/ring_internal.h), plus its C benchmarks in c_src/ring_bench.c; runs standalone to
-build in place.
+sharing c_src/ring_internal.h), plus its C benchmarks (c_src/ring_bench*.c, sharing
+c_src/ring_bench_internal.h); runs standalone to build in place.
 
 cffi releases the GIL around every C call. For the queue's small calls that never wait
 (sy_queue_put_small, sy_queue_get_small, and the batched path's sy_ring_write_now and
@@ -17,6 +17,7 @@ from _common import build_in_place, subject_ffibuilder  # noqa: E402
 
 RING_SOURCES = ["ring_segment.c", "ring_liveness.c", "ring_wait.c", "ring_sequencer.c", "ring_barrier.c",
                 "ring_work_pool.c", "ring_work_records.c", "ring_work_frames.c"]
+BENCH_SOURCES = ["ring_bench_harness.c", "ring_bench.c", "ring_bench_latency.c"]
 
 # Never wait; copy at most SY_QUEUE_SMALL_BYTES (the queue's) or SY_RING_NOW_BYTES (the batched path's).
 KEEP_GIL = ("sy_queue_put_small", "sy_queue_get_small", "sy_ring_write_now", "sy_ring_write_args_now",
@@ -34,7 +35,7 @@ static inline int sy_keeps_gil(const char *wrapper) {
 #define Py_END_ALLOW_THREADS if (_save) PyEval_RestoreThread(_save); }
 """ % " || ".join(f'strcmp(wrapper, "_cffi_f_{name}") == 0' for name in KEEP_GIL)
 
-ffibuilder = subject_ffibuilder("ring", sources=RING_SOURCES, extra_sources=["ring_bench.c"], libraries=["rt"],
+ffibuilder = subject_ffibuilder("ring", sources=RING_SOURCES, extra_sources=BENCH_SOURCES, libraries=["rt"],
                                 preamble=_KEEP_GIL_PREAMBLE)
 
 if __name__ == "__main__":

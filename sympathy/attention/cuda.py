@@ -19,29 +19,30 @@ wgmma and TMA after a `hopper` forward (cuda_src/attention_hopper_bwd.cu, FlashA
 mma.sync otherwise or when deterministic in fp16 at d = 64 (cuda_src/attention_mma_bwd.cu); fp32 math on CUDA cores for
 float32 (cuda_src/attention_bwd.cu); other calls take a torch-math backward.
 
-The sources are compiled by nvcc on first use into one shared library per GPU architecture, cached
-under $SYMPATHY_CACHE_DIR/cuda (default ~/.cache/sympathy/cuda, see config.py) by source hash, arch and nvcc
-version, and loaded with cffi's dlopen. Launches go on torch's current stream. torch is imported
-only when a function here is called: without it the rest of sympathy works.
+The kernels are compiled by nvcc on first use, cached and loaded by cuda_build.py (one shared library
+per GPU architecture); its names are importable from here too (cuda.build, cuda.library, ...). Launches
+go on torch's current stream. torch is imported only when a function here is called: without it the
+rest of sympathy works.
 """
-import hashlib
 import math
-import os
-import re
-import subprocess
-import sys
-import tempfile
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
-from .. import config
 from .._errors import NotSupportedError
+from . import cuda_build
 from ._checks import check_dropout
 from .band import NO_WINDOW, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
+from .cuda_build import _raise_for_status, _torch, device_arch, library
 from .mask_tiles import MIN_FLOAT_MASK_SCALE, fill_params as _fill_mask_params, prepare as _prepare_mask, tile_shape
 from .math_backward import math_backward as _math_backward
+
+# The loader's other names, importable from here as before (the CLI, tests, scripts/ and benchmarks use
+# cuda.build, cuda.build_all, cuda._libs, ...). A monkeypatch of the loader goes on cuda_build itself.
+NVCC_FLAGS = cuda_build.NVCC_FLAGS
+source_dir, sources, cache_dir = cuda_build.source_dir, cuda_build.sources, cuda_build.cache_dir
+find_nvcc, nvcc_version = cuda_build.find_nvcc, cuda_build.nvcc_version
+_check_arch, _gencode, _source_key = cuda_build._check_arch, cuda_build._gencode, cuda_build._source_key
+compile_objects, build, build_all = cuda_build.compile_objects, cuda_build.build, cuda_build.build_all
+_cdef, _libs = cuda_build._cdef, cuda_build._libs
 
 KERNELS = ("naive", "tiled", "mma", "hopper")
 TILED_HEAD_DIMS = (16, 32, 64, 128)
@@ -54,180 +55,9 @@ BWD_HEAD_DIMS = (64, 128)   # attention_{mma_bwd,bwd}.cu; other head dims (and s
 # `deterministic` says (and need no dq_accum).
 SEPARATE_DQ_MAX_KEYS = 2048
 _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # enum sy_attn_dtype
-# -O3 for host and device code; C++17 for `if constexpr`; -lineinfo so Nsight Compute and
-# compute-sanitizer can point at source lines (it changes no generated instruction).
-NVCC_FLAGS = ("-std=c++17", "-O3", "-lineinfo", "-Xcompiler", "-fPIC")
-
-_SY_EINVAL, _SY_EUNSUPPORTED = -1, -5
-
-
-# ---- sources, nvcc, cache ---------------------------------------------------------------------------
-def source_dir() -> Path:
-    """cuda_src/ as sympathy/cuda_src: a folder inside an installed wheel, a symlink to the top-level
-    cuda_src/ in a checkout (package data of a namespace package has no reliable importlib path)."""
-    path = Path(__file__).resolve().parents[1] / "cuda_src"
-    if (path / "attention_api.h").is_file():
-        return path
-    raise FileNotFoundError(f"the CUDA sources are missing: expected them in {path}")
-
-
-def sources() -> List[Path]:
-    return sorted(source_dir().glob("*.cu"))
-
-
-def find_nvcc() -> str:
-    """The nvcc to build with ($SYMPATHY_NVCC, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin: config.py)."""
-    path = config.nvcc_path()
-    if path and os.access(path, os.X_OK):
-        return path
-    raise NotSupportedError("nvcc not found (CUDA toolkit): the CUDA attention kernels are compiled on first "
-                            "use; install the CUDA toolkit, or set CUDA_HOME or SYMPATHY_NVCC")
-
-
-def nvcc_version(nvcc: Optional[str] = None) -> str:
-    out = subprocess.run([nvcc or find_nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
-    match = re.search(r"release [\d.]+, V[\d.]+", out)
-    return match.group(0) if match else out.strip().splitlines()[-1]
-
-
-def cache_dir() -> Path:
-    return config.cache_dir() / "cuda"
-
-
-def _check_arch(arch: str) -> str:
-    if not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
-        raise ValueError(f"arch must look like 'sm_80' or 'sm_90a'; got {arch!r}")
-    return arch
-
-
-def _gencode(arch: str) -> List[str]:
-    return ["-gencode", f"arch=compute_{arch[3:]},code={arch}"]
-
-
-def _source_key(arch: str, nvcc: str) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(source_dir().iterdir()):
-        if path.suffix in (".cu", ".cuh", ".h"):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(" ".join((arch, nvcc_version(nvcc)) + NVCC_FLAGS).encode())
-    return digest.hexdigest()[:16]
-
-
-def compile_objects(archs: Sequence[str], outdir: Path, jobs: Optional[int] = None) -> List[Path]:
-    """Compile every .cu for every arch to an object file (`nvcc -c`), files in parallel.
-
-    Used by the build and by the CI test that keeps every kernel compiling for sm_80 and sm_90a.
-    A compile error raises RuntimeError with nvcc's message.
-    """
-    nvcc = find_nvcc()
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    work = [(src, _check_arch(arch)) for arch in archs for src in sources()]
-
-    def one(item: Tuple[Path, str]) -> Path:
-        src, arch = item
-        obj = outdir / f"{src.stem}.{arch}.o"
-        cmd = [nvcc, *NVCC_FLAGS, *_gencode(arch), "-c", str(src), "-o", str(obj)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"nvcc failed on {src.name} for {arch}:\n{done.stderr.strip()}")
-        return obj
-
-    with ThreadPoolExecutor(max_workers=jobs or max(1, os.cpu_count() or 1)) as pool:
-        return list(pool.map(one, work))
-
-
-def build(arch: str, force: bool = False) -> Path:
-    """The shared library of all kernels for one arch, from the cache or freshly compiled."""
-    nvcc = find_nvcc()
-    arch = _check_arch(arch)
-    target = cache_dir() / f"attention_{arch}_{_source_key(arch, nvcc)}.so"
-    if target.is_file() and not force:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Said before the wait, not after it: the first call would otherwise sit silent for ~30 s.
-    print(f"sympathy: compiling the CUDA attention kernels for {arch} with nvcc (about 30 s, once per "
-          "version; `sympathy build-cuda` does it ahead of time)", file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        objects = compile_objects([arch], Path(tmp))
-        partial = Path(tmp) / target.name
-        cmd = [nvcc, *_gencode(arch), "--shared", *map(str, objects), "-o", str(partial)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"nvcc failed to link {target.name}:\n{done.stderr.strip()}")
-        os.replace(partial, target)   # atomic: a concurrent loader sees the old file or the whole new one
-    return target
-
-
-def device_arch(device=None) -> str:
-    """The nvcc arch of a CUDA device: sm_90a on Hopper (its arch-specific features), else sm_XY."""
-    torch = _torch()
-    if not torch.cuda.is_available():
-        raise NotSupportedError("no CUDA GPU visible to torch (torch.cuda.is_available() is False)")
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}{'a' if (major, minor) == (9, 0) else ''}"
-
-
-def build_all(archs: Optional[Sequence[str]] = None, force: bool = False) -> List[Path]:
-    """Compile the kernels for each arch (default: this machine's GPU); the paths of the libraries."""
-    if not archs:
-        try:
-            archs = [device_arch()]
-        except NotSupportedError as exc:
-            raise NotSupportedError(f"{exc}; to build without a GPU name the architectures, "
-                                    "e.g. archs=['sm_80', 'sm_90a'] (sympathy build-cuda --arch sm_80 sm_90a)") from None
-    return [build(arch, force=force) for arch in archs]
-
-
-# ---- the loaded library ---------------------------------------------------------------------------------
-_ffi = None
-_libs: dict = {}
-_lock = threading.Lock()
-
-
-def _cdef() -> str:
-    header = (source_dir() / "attention_api.h").read_text()
-    match = re.search(r"/\* CDEF BEGIN \*/(.*)/\* CDEF END \*/", header, re.S)
-    if not match:
-        raise RuntimeError("attention_api.h has no CDEF block")
-    return re.sub(r"/\*.*?\*/", "", match.group(1), flags=re.S)
-
-
-def library(arch: str):
-    """(ffi, lib) for an arch: built if needed, dlopen'ed once per process."""
-    global _ffi
-    with _lock:
-        if _ffi is None:
-            import cffi
-
-            ffi = cffi.FFI()
-            ffi.cdef(_cdef())
-            _ffi = ffi
-        if arch not in _libs:
-            _libs[arch] = _ffi.dlopen(str(build(arch)))
-        return _ffi, _libs[arch]
-
-
-def _raise_for_status(status: int, lib, what: str) -> None:
-    if status == 0:
-        return
-    message = _ffi.string(lib.sy_attn_error_string(status)).decode()
-    if status == _SY_EINVAL:
-        raise ValueError(f"{what}: {message}")
-    if status == _SY_EUNSUPPORTED:
-        raise NotSupportedError(f"{what}: {message}")
-    raise RuntimeError(f"{what}: CUDA error {status}: {message}")
 
 
 # ---- input checks (before anything touches a device) ----------------------------------------------------
-def _torch():
-    try:
-        import torch
-    except ImportError as exc:
-        raise NotSupportedError("the CUDA attention kernels work on torch tensors: pip install sympathy[torch]") from exc
-    return torch
-
-
 def _on_hopper(t) -> bool:
     """t lives on an sm_90 GPU (H100/H200), where the `hopper` kernel runs."""
     return t.device.type == "cuda" and _torch().cuda.get_device_capability(t.device) == (9, 0)

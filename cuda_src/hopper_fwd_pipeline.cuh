@@ -1,0 +1,208 @@
+// The `hopper` forward's (attention_hopper.cu) pipeline around the consumers: the kernel's mode flags, the
+// tile order (TileScheduler), the shared-memory layout (the K/V ring, the Q buffers and their mbarriers),
+// the tile a block works on (TileWork: its band's key blocks, varlen lengths, kBandMask's list) and the
+// producer, one thread issuing every copy. Hardware fact it serves: on Hopper the copy engine (TMA) moves
+// tiles into shared memory asynchronously and completes them on mbarriers, so one producer thread keeps
+// the consumers' wgmma GEMMs fed through a ring of stages. The consumer warpgroups, the kernel and its
+// launch stay in attention_hopper.cu; the tile sizes are in hopper_traits.cuh.
+#pragma once
+
+#include "attention_band.cuh"       // the causal / sliding-window band: Band, band_blocks
+#include "attention_common.cuh"
+#include "attention_mask.cuh"       // kBandMask: attn_mask tile by tile
+#include "hopper_primitives.cuh"   // PTX wrappers, tensor maps, SY_HOPPER_DEVICE_CODE
+#include "hopper_traits.cuh"
+
+namespace sy_attn {
+namespace {
+
+// A kernel's mode: the band's (attention_band.cuh) in the low bits, plus kVarlenFlag for a packed
+// variable-length batch (p.cu_seqlens_q: each tile reads its sequence's offsets and lengths).
+constexpr int kVarlenFlag = 4;
+// kDropoutFlag: dropout (p.dropout_p, attention_dropout.cuh), instantiated with kBandNone and kBandCausal only.
+constexpr int kDropoutFlag = 8;
+
+// ---- the tile order ------------------------------------------------------------------------------------
+// Tile t: query block m of head (b, h), heads one after another, so the ~132 tiles in flight cover a
+// few heads and re-read their K/V from L2. Causal (and windows): inside a head from the last query
+// block, which sees the most keys, to the first, so long tiles start first and short ones fill the end.
+//
+// With a tile counter (p.tile_counter) the grid is persistent, one block per SM: block i starts on
+// tile i and then takes the next untaken tile from the counter (a dynamic schedule: a block that
+// drew short causal tiles takes more); its producer loads the next tile's Q and K/V while the
+// consumers finish the current one, and the consumers go from tile to tile in one turn
+// (Consumer::next_tile). Measured against one block per tile (docs/notes-hopper.md v10): +1-8 % not
+// causal, +4-12 % causal at N = 4096-8192. Without a counter (a C caller's choice) the grid has a
+// block per tile, which the hardware hands to SMs as they free up.
+struct TileScheduler {
+    int n_mblocks;   // query blocks per head
+    int heads_q;
+    int n_tiles;
+
+    struct Tile { int m_block, h, b; };
+
+#ifdef SY_HOPPER_DEVICE_CODE   // the kernel's only callers exist in the sm_90a device pass
+    __device__ __forceinline__ Tile tile(int t, bool reverse_m) const {
+        const int head = t / n_mblocks, m_index = t % n_mblocks;
+        return {reverse_m ? n_mblocks - 1 - m_index : m_index, head % heads_q, head / heads_q};
+    }
+
+    // The tile after this block's current one; n_tiles or more means none is left.
+    __device__ __forceinline__ int next(int *counter) const {
+        return counter ? static_cast<int>(gridDim.x) + atomicAdd(counter, 1) : n_tiles;
+    }
+#endif
+};
+
+#ifdef SY_HOPPER_DEVICE_CODE
+
+// ---- shared memory ----------------------------------------------------------------------------------
+// The ring's barriers. Every consumer thread arrives on an empty barrier (128 x kConsumerWGs arrivals): it
+// releases the stage once its own wait_group returned, with no extra warpgroup barrier.
+template <class Tr>
+struct Barriers {
+    uint64_t q_full[Tr::kQBuffers], q_empty[Tr::kQBuffers];
+    uint64_t k_full[Tr::kStages], v_full[Tr::kStages];
+    uint64_t k_empty[Tr::kStages], v_empty[Tr::kStages];
+    // The tile whose Q a q_full phase brings (n_tiles or more: no more tiles), written by the
+    // producer before its q_full arrival (release), read by consumers after their wait (acquire).
+    int tile[Tr::kQBuffers];
+};
+
+template <class Tr>
+struct SharedTiles {
+    unsigned char *q;   // [kQBuffers][kPanels][kBlockM][64], 128B-swizzled
+    unsigned char *k;   // [kStages][kPanels][kBlockN][64]
+    unsigned char *v;   // [kStages][kPanels][kBlockN][64]
+    Barriers<Tr> *bars;
+    float2 *sink;       // [128 * kConsumerWGs]: Consumer::pin_softmax's stores, never read
+
+    __device__ explicit SharedTiles(unsigned char *raw) {
+        unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+        q = base;
+        k = q + Tr::kQBuffers * Tr::kQBytes;
+        v = k + Tr::kStages * Tr::kKVBytes;
+        bars = reinterpret_cast<Barriers<Tr> *>(v + Tr::kStages * Tr::kKVBytes);
+        sink = reinterpret_cast<float2 *>(reinterpret_cast<unsigned char *>(bars) + 256);
+        static_assert(sizeof(Barriers<Tr>) <= 256, "kSmemBytes reserves 256 bytes for the barriers");
+    }
+};
+
+// ---- one tile as producer and consumers walk it ------------------------------------------------------
+// Query block m0 of head (b, h); its key blocks first_block .. first_block + n_blocks - 1: all, or
+// those the band reaches (attention_band.cuh: up to the last row's diagonal when causal, from the first
+// row's window start when local). Blocks j (counted from first_block) in [unmasked_begin, unmasked_end)
+// are seen whole by every row; the others sit on the band's edges or hold the ragged end and are
+// masked. Every consumer warpgroup walks the same blocks (the ring is shared); a block fully above the
+// diagonal for warpgroup 0's rows is masked to zero weight, at most one per query block. (Letting each
+// warpgroup stop at its own rows' diagonal, which at d = 64 cuts the causal work masked away from
+// 11-16 % to 3-6 %, measured no faster: docs/notes-hopper.md v9.) A tile none of whose rows sees a key
+// still walks one block, fully masked: its rows give 0 and an LSE of -inf through the softmax's guard,
+// and the pipeline keeps its shape. kv0: the ring index of block 0; q_buf: the Q buffer (tiles
+// alternate between kQBuffers).
+struct TileWork {
+    int m0, h, b;
+    int first_block, n_blocks, unmasked_begin, unmasked_end;
+    int kv0, q_buf;
+    int list;   // kBandMask: the tile's mask list at p.mask_lists + list (blocks j are its entries; first_block 0)
+};
+
+// Varlen: sequence b's query and key lengths and its band (from its bottom right); otherwise the launch's.
+template <int kMode>
+__device__ __forceinline__ void sequence(const sy_attn_params &p, int b, int &len_q, int &len_k, Band &band) {
+    len_q = p.seqlen_q;
+    len_k = p.seqlen_k;
+    if constexpr ((kMode & kVarlenFlag) != 0) {
+        len_q = __ldg(p.cu_seqlens_q + b + 1) - __ldg(p.cu_seqlens_q + b);
+        len_k = __ldg(p.cu_seqlens_k + b + 1) - __ldg(p.cu_seqlens_k + b);
+        band = sequence_band(band, len_q, len_k);
+    }
+}
+
+template <class Tr, int kMode>
+__device__ __forceinline__ TileWork tile_work(const TileScheduler &sched, int t, const sy_attn_params &p, Band band,
+                                              int kv0, int tile_iter) {
+    constexpr int kBand = kMode & 3;
+    const TileScheduler::Tile tile = sched.tile(t, kBand != kBandNone);
+    TileWork w;
+    w.list = 0;
+    w.m0 = tile.m_block * Tr::kBlockM;
+    w.h = tile.h;
+    w.b = tile.b;
+    int len_q, len_k;
+    sequence<kMode>(p, w.b, len_q, len_k, band);
+    const int last_row = min(w.m0 + Tr::kBlockM, len_q) - 1;
+    const BlockRange r = kBand == kBandMask ? BlockRange{0, 0, 0, 0} : band_blocks_in<kBand>(w.m0, last_row, len_k, Tr::kBlockN, band);
+    if constexpr (kBand == kBandMask) {   // the list's entries (attention_mask.cuh); none: entry 0, block 0 empty
+        w.list = static_cast<int>(mask_list_offset(p, w.b, w.h, tile.m_block));
+        w.first_block = w.unmasked_begin = w.unmasked_end = 0;
+        w.n_blocks = max(__ldg(p.mask_lists + w.list), 1);
+        w.kv0 = kv0;
+        w.q_buf = tile_iter % Tr::kQBuffers;
+        return w;
+    }
+    w.first_block = r.begin;
+    w.n_blocks = max(r.end - r.begin, 1);
+    w.unmasked_begin = r.unmasked_begin - r.begin;
+    w.unmasked_end = r.unmasked_end - r.begin;
+    w.kv0 = kv0;
+    w.q_buf = tile_iter % Tr::kQBuffers;
+    return w;
+}
+
+// The ring and loop fields of a consumer's tile, as values the compiler knows are the same in every
+// lane. They are (the tile index comes from one shared-memory word), but unproven they stay in
+// vector registers, and so do the stage arithmetic and wgmma descriptors built from them: two R2UR
+// and four integer instructions more per wgmma (the SASS of the first cut). A shuffle from lane 0
+// per tile settles it.
+__device__ __forceinline__ TileWork uniform(TileWork w) {
+    w.first_block = __shfl_sync(0xffffffffu, w.first_block, 0);
+    w.n_blocks = __shfl_sync(0xffffffffu, w.n_blocks, 0);
+    w.unmasked_begin = __shfl_sync(0xffffffffu, w.unmasked_begin, 0);
+    w.unmasked_end = __shfl_sync(0xffffffffu, w.unmasked_end, 0);
+    w.kv0 = __shfl_sync(0xffffffffu, w.kv0, 0);
+    w.q_buf = __shfl_sync(0xffffffffu, w.q_buf, 0);
+    w.list = __shfl_sync(0xffffffffu, w.list, 0);
+    return w;
+}
+
+// ---- the producer: one thread issues every copy ---------------------------------------------------
+// Q of tile w into its buffer, then its K/V blocks through the ring. kv_iter counts K/V blocks over
+// all tiles of this block: it names the ring stage and its lap.
+// q_row0, k_row0, batch: where the tile's sequence starts in the tensor maps (varlen: its first packed
+// row, batch 0; otherwise row 0 of batch w.b). entries: kBandMask's list (block j is entry j), or null.
+template <class Tr>
+__device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
+                                             const CUtensorMap *tm_v, const TileWork &w, int h_kv, int &kv_iter,
+                                             int q_row0, int k_row0, int batch, const int *entries = nullptr) {
+    Barriers<Tr> &bar = *sm.bars;
+    unsigned char *q = sm.q + w.q_buf * Tr::kQBytes;
+    mbar_arrive_expect_tx(smem_addr(&bar.q_full[w.q_buf]), Tr::kQBytes);
+#pragma unroll
+    for (int p = 0; p < Tr::kPanels; ++p)
+        tma_load_4d(smem_addr(q + p * Tr::kQPanelBytes), tm_q, smem_addr(&bar.q_full[w.q_buf]), p * Tr::kPanelCols,
+                    q_row0 + w.m0, w.h, batch);
+    for (int j = 0; j < w.n_blocks; ++j, ++kv_iter) {
+        const int stage = kv_iter % Tr::kStages;
+        // A fresh barrier counts as having completed the phase before its first, so the first lap
+        // waits on parity 1 and passes at once; lap L waits for the consumers' release of lap L-1.
+        const uint32_t empty_parity = ((kv_iter / Tr::kStages) & 1) ^ 1;
+        const int row = k_row0 + (entries ? MaskWalk::block(__ldg(entries + j)) : w.first_block + j) * Tr::kBlockN;
+        mbar_wait(smem_addr(&bar.k_empty[stage]), empty_parity);
+        mbar_arrive_expect_tx(smem_addr(&bar.k_full[stage]), Tr::kKVBytes);
+#pragma unroll
+        for (int p = 0; p < Tr::kPanels; ++p)
+            tma_load_4d(smem_addr(sm.k + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.k_full[stage]),
+                        p * Tr::kPanelCols, row, h_kv, batch);
+        mbar_wait(smem_addr(&bar.v_empty[stage]), empty_parity);
+        mbar_arrive_expect_tx(smem_addr(&bar.v_full[stage]), Tr::kKVBytes);
+#pragma unroll
+        for (int p = 0; p < Tr::kPanels; ++p)
+            tma_load_4d(smem_addr(sm.v + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.v_full[stage]),
+                        p * Tr::kPanelCols, row, h_kv, batch);
+    }
+}
+#endif  // SY_HOPPER_DEVICE_CODE
+
+}  // namespace
+}  // namespace sy_attn
