@@ -17,7 +17,7 @@ from .segment import SHM_DIR  # noqa: E402  (after the build check above)
 # Bound once: a module-global lookup is cheaper than `lib.name` on the per-item paths.
 _write_one, _write_i64 = lib.sy_ring_write_one, lib.sy_ring_write_i64
 _read_one, _read_ahead = lib.sy_ring_read_one, lib.sy_ring_read_ahead
-_write_many, _read_many = lib.sy_ring_write, lib.sy_ring_read  # the batched paths
+_write_many = lib.sy_ring_write  # the batched path
 # ... and their first try: never wait, so the GIL is kept across them (sympathy/_build/ring_build.py)
 _write_now, _read_now, _NOT_NOW = lib.sy_ring_write_now, lib.sy_ring_read_now, lib.SY_RING_NOT_NOW
 _write_args_now = lib.sy_ring_write_args_now

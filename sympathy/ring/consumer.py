@@ -12,7 +12,7 @@ import numpy as np
 from .._errors import SY_EINVAL, ClosedError
 from ._core import (
     ARENA_BYTES, MAX_CONSUMERS, NOW_BYTES, READ_AHEAD, _NOT_NOW, _SLICE, _describe, _read_ahead,
-    _read_many, _read_now, _read_one, _rewait, _timeout_ns, ffi, lib,
+    _read_now, _read_one, _rewait, _timeout_ns, ffi, lib,
 )
 
 _refcount = sys.getrefcount
