@@ -149,12 +149,82 @@ static int wait_blocking(struct sy_wait *w, int64_t *got) {
     }
 }
 
+/* ---- The GIL handoff ----------------------------------------------------------------------------
+ *
+ * Two Python threads of one process on one ring (a producer thread, a consumer thread) take turns
+ * holding the GIL: the producer fills the ring while holding it, then waits for space (the wait
+ * releases the GIL); the consumer drains, then waits for data. A waiter whose condition comes true
+ * while the other thread still runs Python (the consumer sees the first batch of the next lap,
+ * the producer sees the space the consumer's read just freed) returns from C and blocks on the GIL:
+ * its thread sleeps on the GIL's condition variable, and the holder's next release wakes it, a
+ * futex wake on a core that may have gone idle (15 us a handoff, two a lap, on the 2-core VM with
+ * the threads on two CPUs: 7x slower than with both on one). So such a waiter keeps waiting, in C
+ * with the GIL released, until its peer is inside a wait itself (its record's `waiting` flag),
+ * which is when the peer has released the GIL: taking it then needs no sleep and no wake. Only
+ * where the peer is in this process (the only one that can hold our GIL) and is one thread: the
+ * single producer, or the one gating consumer. Bounded by HANDOFF_NS: a peer that never waits
+ * (one that sleeps in time.sleep between publishes) costs at most that much latency. */
+#define HANDOFF_NS 50000  /* 3x a GIL handoff's wake on the 2-core VM; a ring lap of 16 batches is ~8 us */
+#define SPIN_PHASE_HANDOFF 64  /* as the blocking strategy's spin, before the clock and the yields */
+
+/* The `waiting` flag of the peer this wait hands the GIL to, or NULL when there is none in this
+ * process (a peer elsewhere holds another GIL, or none). */
+static _Atomic int64_t *handoff_peer(const struct sy_wait *w) {
+    sy_ring *r = w->ring;
+    struct sy_ring_header *h = r->header;
+    int64_t me = (int64_t)getpid();
+    if (w->side == WAITING_FOR_DATA) {
+        /* downstream consumers wait on consumers, several producers on none in particular */
+        if (w->upstream || r->producer_kind != SY_RING_SINGLE_PRODUCER) return NULL;
+        for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++)
+            if (atomic_load_explicit(&h->producers[i].pid, memory_order_acquire) == me) return &h->producers[i].waiting;
+        return NULL;
+    }
+    uint64_t leaves = atomic_load_explicit(&h->registry.gating_consumers, memory_order_acquire);
+    if (!leaves || (leaves & (leaves - 1))) return NULL;  /* one gating consumer, or no handoff */
+    int i = __builtin_ctzll(leaves);
+    return atomic_load_explicit(&h->consumers[i].pid, memory_order_acquire) == me ? &h->consumers[i].waiting : NULL;
+}
+
+/* What was waited for is there (*got): wait on until the peer waits too, then look again (more
+ * may be ready by then: the whole lap, not its first batch). */
+static void hand_over(struct sy_wait *w, int64_t *got) {
+    _Atomic int64_t *peer = handoff_peer(w);
+    if (!peer) return;
+    int64_t until = 0;
+    /* relaxed: a hint (see wait_for); what the peer published is read through the probe below */
+    for (int spins = 0; !atomic_load_explicit(peer, memory_order_relaxed); spins++) {
+        if (spins < SPIN_PHASE_HANDOFF) {
+            sy_cpu_relax();
+            continue;
+        }
+        int64_t now = (int64_t)sy_now_ns();
+        if (!until) until = now + HANDOFF_NS;
+        if (now >= until || atomic_load_explicit(&w->ring->closing, memory_order_acquire)) break;
+        sched_yield();  /* the peer may share this CPU: let it run to its wait */
+    }
+    int64_t again = w->probe(w->ctx, w->want);
+    if (again > *got) *got = again;
+}
+
 /* Probes a waiter makes before it reads the clock: a handoff already on its way (the other side
  * is one cache-line transfer from done) never pays for two clock_gettime calls on its critical
  * path. Every strategy starts by spinning at least this long anyway. */
 #define SPINS_BEFORE_CLOCK 32
 
+static int wait_strategy(struct sy_wait *w, int64_t *got);
+
 int wait_for(struct sy_wait *w, int64_t *got) {
+    if (!w->ring->gil_handoff || !w->waiting) return wait_strategy(w, got);
+    /* relaxed: a hint read by the peer's hand_over; no data is published through it */
+    atomic_store_explicit(w->waiting, 1, memory_order_relaxed);
+    int status = wait_strategy(w, got);
+    if (status == SY_OK) hand_over(w, got);
+    atomic_store_explicit(w->waiting, 0, memory_order_relaxed);
+    return status;
+}
+
+static int wait_strategy(struct sy_wait *w, int64_t *got) {
     for (int i = 0; i < SPINS_BEFORE_CLOCK; i++) {
         sy_cpu_relax();
         if ((*got = w->probe(w->ctx, w->want)) >= w->want) return SY_OK;

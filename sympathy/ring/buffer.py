@@ -149,6 +149,9 @@ class RingBuffer:
         self._closed = False
         lib.sy_ring_set_wait_slice(handle, WAIT_SLICE_NS)
         lib.sy_ring_refuse_concurrent_claims(handle, 1)  # one object, any thread: refuse, never duplicate
+        # Two threads of this process on this ring hand the GIL over in C, never sleeping on it
+        # (c_src/ring_wait.c, "The GIL handoff"; docs/pipeline.md, "The batched path, two threads").
+        lib.sy_ring_set_gil_handoff(handle, 1)
         # In the slots layout each slot is an 8-byte "published" header followed by the item, so the
         # items sit one slot_stride apart: a strided (not contiguous) array over the ring, zero-copy
         # all the same; in the contiguous layout slot_stride is the item size.
