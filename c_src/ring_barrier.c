@@ -143,7 +143,6 @@ int sy_ring_consumer_open(sy_ring *r, const int *after, int n_after, sy_ring_con
         atomic_store_explicit(&h->registry.declared_consumers, declared & ~(1ull << record), memory_order_relaxed);
         sy_consumer_record *rec = &h->consumers[record];
         atomic_store_explicit(&rec->heartbeat_ns, (int64_t)sy_now_ns(), memory_order_relaxed);
-        atomic_store_explicit(&rec->waiting, 0, memory_order_relaxed);  /* a dead waiter's flag */
         atomic_store_explicit(&rec->pid, (int64_t)getpid(), memory_order_release);
         registry_unlock(r);
         return consumer_handle(r, c, record, 0, atomic_load_explicit(consumer_sequence(r, record),
@@ -161,7 +160,6 @@ int sy_ring_consumer_open(sy_ring *r, const int *after, int n_after, sy_ring_con
     atomic_store_explicit(consumer_sequence(r, record), start, memory_order_release);
     atomic_store_explicit(&rec->after_mask, after_mask, memory_order_relaxed);
     atomic_store_explicit(&rec->heartbeat_ns, (int64_t)sy_now_ns(), memory_order_relaxed);
-    atomic_store_explicit(&rec->waiting, 0, memory_order_relaxed);  /* a dead waiter's flag */
     atomic_store_explicit(&rec->pid, (int64_t)getpid(), memory_order_relaxed);
     active |= 1ull << record;
     atomic_store_explicit(&h->registry.active_consumers, active, memory_order_release);
@@ -293,8 +291,7 @@ static int wait_with(sy_ring_consumer *c, int64_t (*probe)(void *, int64_t), int
         struct sy_wait w = {.ring = c->ring, .probe = probe, .ctx = c, .want = want,
                             .timeout_ns = timeout_ns, .side = WAITING_FOR_DATA,
                             .heartbeat = &c->ring->header->consumers[c->record].heartbeat_ns,
-                            .upstream = upstream_mask(c), .consumer = c,
-                            .waiting = &c->ring->header->consumers[c->record].waiting};
+                            .upstream = upstream_mask(c), .consumer = c};
         int status = wait_for(&w, &got);
         if (status != SY_OK) return status;  /* c->next moved on past any sequence it skipped */
     }

@@ -130,7 +130,6 @@ typedef struct sy_consumer_record {
     _Alignas(SY_DESTRUCTIVE_SIZE) _Atomic int64_t pid;
     _Atomic int64_t heartbeat_ns;
     _Atomic uint64_t after_mask;        /* consumers this one runs after */
-    _Atomic int64_t waiting;            /* a thread of this consumer is inside a wait (the GIL handoff) */
 } sy_consumer_record;
 
 typedef struct sy_producer_record {
@@ -149,7 +148,6 @@ typedef struct sy_producer_record {
     /* Once the producer is seen dead with a claim open: the cursor then, plus one (0: not yet). Its
      * claims all lie at or below it, so once every consumer has passed it the record can go. */
     _Atomic int64_t dead_cursor_plus_one;
-    _Atomic int64_t waiting;            /* a thread of this producer is inside a wait (the GIL handoff) */
 } sy_producer_record;
 
 /* Who made the segment and what its items are: written once before the magic, like the identity,
@@ -228,7 +226,8 @@ struct sy_ring {
     _Atomic int closing;              /* sy_ring_shutdown: every wait through this handle ends */
     int64_t wait_slice_ns;            /* > 0: waits return SY_RING_WAIT_SLICE this often (see ring.h) */
     int refuse_concurrent_claims;     /* single producer: a second thread's claim gets SY_RING_EBUSY */
-    int gil_handoff;                  /* sy_ring_set_gil_handoff: waits hand the GIL over (ring_wait.c) */
+    _Atomic int64_t *gil_waiters;     /* sy_ring_set_gil_handoff: threads of this process inside a
+                                         wait through such a handle (NULL: no handoff; ring_wait.c) */
 };
 
 /* The private side of a producer. The single-producer claim state lives here, on its own block,
@@ -350,7 +349,6 @@ struct sy_wait {
     uint64_t upstream;                          /* consumers a waiting consumer runs after */
     sy_ring_consumer *consumer;                 /* data waits: skips sequences whose producer died */
     int64_t slice_end_ns;                       /* SY_RING_WAIT_SLICE from here (INT64_MAX: never) */
-    _Atomic int64_t *waiting;                   /* this waiter's own record's `waiting` (the GIL handoff) */
 };
 
 SY_RING_INTERNAL int wait_for(struct sy_wait *w, int64_t *got);

@@ -130,7 +130,6 @@ int sy_ring_producer_open(sy_ring *r, sy_ring_producer **out) {
         /* release: a reader that sees these sees the reclaim before them (abandon_dead_claim) */
         sy_producer_record *rec = &r->header->producers[record];
         atomic_store_explicit(&rec->dead_cursor_plus_one, 0, memory_order_relaxed);
-        atomic_store_explicit(&rec->waiting, 0, memory_order_relaxed);  /* a dead waiter's flag */
         atomic_store_explicit(&rec->open_claims, 0, memory_order_release);
         atomic_store_explicit(&rec->owner_floor, INT64_MAX, memory_order_release);
         atomic_store_explicit(&r->header->producers[record].heartbeat_ns, (int64_t)sy_now_ns(), memory_order_relaxed);
@@ -191,8 +190,7 @@ static int wait_for_space(sy_ring_producer *p, int64_t wrap_point, int64_t claim
     struct space_probe probe = {.ring = p->ring, .no_consumers_value = claimed};
     struct sy_wait w = {.ring = p->ring, .probe = probe_space, .ctx = &probe, .want = wrap_point,
                         .timeout_ns = timeout_ns, .side = WAITING_FOR_SPACE,
-                        .heartbeat = &p->ring->header->producers[p->record].heartbeat_ns,
-                        .waiting = &p->ring->header->producers[p->record].waiting};
+                        .heartbeat = &p->ring->header->producers[p->record].heartbeat_ns};
     return wait_for(&w, gating);
 }
 

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from sympathy.ring import RingBuffer
-from sympathy.ring._core import lib
+from sympathy.ring._core import ffi, lib
 
 CAPACITY = 1 << 14
 PLACEMENTS = ("free", "apart", "together")
@@ -55,7 +55,7 @@ def run(kind: str, wait: str, cpus: tuple, items: int, batch: int, handoff: bool
     if kind == "ring":
         rb = RingBuffer(CAPACITY, np.int64, wait=wait, layout="contiguous")
         if not handoff:
-            lib.sy_ring_set_gil_handoff(rb._handle, 0)
+            lib.sy_ring_set_gil_handoff(rb._handle, ffi.NULL)
         c = rb.consumer()
         put, spans_p, spans_c = rb.publish_batch, [], []
 

@@ -1,9 +1,11 @@
-"""The GIL handoff (c_src/ring_wait.c, "The GIL handoff"): a wait whose peer is a thread of this
-process waits on, GIL released, until that peer waits too, at most 50 us. It must change nothing a
-caller sees: every item once and in order, whatever the layout, wait strategy and call mix; a peer
-that never waits delays a wait by a bounded time, never for good; a peer killed in a wait leaves
-nothing that stops the next owner of its records. Each scenario runs in a child process, so a hang
-is a failed test (the child's exit status), never a hung run."""
+"""The GIL handoff (c_src/ring_wait.c, "The GIL handoff"): a satisfied wait whose peer is a thread
+of this process waits on, GIL released, until another thread of the process is inside a ring wait
+too, at most 50 us. It must change nothing a caller sees: every item once and in order, whatever
+the layout, wait strategy and call mix; a peer that never waits in a ring delays a wait by a
+bounded time, never for good; two threads playing ping-pong over two rings (each waits on the ring
+the other does not) go on; a process killed while its threads hand over leaves nothing that stops
+the next owner of its records. Each scenario runs in a child process, so a hang is a failed test
+(the child's exit status), never a hung run."""
 import multiprocessing as mp
 import os
 import signal
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 import sympathy as sy
-from sympathy.ring._core import lib
+from sympathy.ring._core import ffi, lib
 
 CTX = mp.get_context("fork")
 JOIN_S = 60
@@ -41,7 +43,7 @@ def _two_threads(layout, wait, handoff, sizes, n):
     takes them with get_batch and get alternately; the consumer checks the exact sequence."""
     rb = sy.RingBuffer(256, np.int64, wait=wait, layout=layout)
     if not handoff:
-        lib.sy_ring_set_gil_handoff(rb._handle, 0)
+        lib.sy_ring_set_gil_handoff(rb._handle, ffi.NULL)
     c = rb.consumer()
     errors = []
 
@@ -130,9 +132,34 @@ def test_a_peer_that_never_waits_delays_a_wait_only_boundedly(scenario):
     assert _in_child(scenario) == 0
 
 
+def _ping_pong(rounds):
+    """Two threads, two rings: each waits on the ring the other publishes to, so the peer a wait
+    hands over to is waiting on the other ring. Every round trip must come back with its number."""
+    a, b = sy.RingBuffer(64, np.int64), sy.RingBuffer(64, np.int64)
+    ca, cb = a.consumer(), b.consumer()
+
+    def echo():
+        for _ in range(rounds):
+            b.publish(ca.get(timeout=30) + 1)
+
+    t = threading.Thread(target=echo)
+    t.start()
+    for i in range(rounds):
+        a.publish(i)
+        if cb.get(timeout=30) != i + 1:
+            raise SystemExit(f"round {i}: wrong reply")
+    t.join(30)
+    a.close()
+    b.close()
+
+
+def test_ping_pong_over_two_rings_goes_on():
+    assert _in_child(_ping_pong, 5_000) == 0
+
+
 def _victim(name, running):
-    """Producer and consumer threads of a named ring, forever, until killed: their records'
-    `waiting` flags flip all the time, and one is likely set when SIGKILL lands."""
+    """Producer and consumer threads of a named ring, forever, until killed (likely inside a
+    handoff when SIGKILL lands)."""
     rb = sy.RingBuffer.attach(name)
     c = rb.consumer()
     chunk = np.arange(50, dtype=np.int64)
