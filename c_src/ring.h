@@ -147,6 +147,14 @@ void sy_ring_set_wait_slice(sy_ring *ring, int64_t slice_ns);
  * publish) gets SY_RING_EBUSY instead of the same sequences. Off by default (a locked exchange per
  * claim); the Python layer turns it on. */
 void sy_ring_refuse_concurrent_claims(sy_ring *ring, int on);
+/* Waits through this handle hand the GIL over (the Python layer turns it on; NULL turns it off):
+ * `waiters` counts the threads of this process inside a wait through any handle so set (one
+ * counter per process, owned by the caller, never freed while a handle uses it). A wait whose peer
+ * (the single producer, or the one gating consumer) is in this process, and that finds what it
+ * waited for while no other thread of the process is inside such a wait (the peer may still hold
+ * the GIL), keeps waiting, the GIL released, until one is, or 50 us have passed. See ring_wait.c,
+ * "The GIL handoff". */
+void sy_ring_set_gil_handoff(sy_ring *ring, int64_t *waiters);
 
 /* ---- producers ---- */
 int sy_ring_producer_open(sy_ring *ring, sy_ring_producer **out);

@@ -226,6 +226,8 @@ struct sy_ring {
     _Atomic int closing;              /* sy_ring_shutdown: every wait through this handle ends */
     int64_t wait_slice_ns;            /* > 0: waits return SY_RING_WAIT_SLICE this often (see ring.h) */
     int refuse_concurrent_claims;     /* single producer: a second thread's claim gets SY_RING_EBUSY */
+    _Atomic int64_t *gil_waiters;     /* sy_ring_set_gil_handoff: threads of this process inside a
+                                         wait through such a handle (NULL: no handoff; ring_wait.c) */
 };
 
 /* The private side of a producer. The single-producer claim state lives here, on its own block,

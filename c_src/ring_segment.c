@@ -358,6 +358,10 @@ void sy_ring_set_wait_slice(sy_ring *r, int64_t slice_ns) { r->wait_slice_ns = s
 
 void sy_ring_refuse_concurrent_claims(sy_ring *r, int on) { r->refuse_concurrent_claims = on != 0; }
 
+/* The counter is plain int64_t in the public header (cffi has no _Atomic); it is only ever used
+ * through atomic operations, and on the targets we build for the two have one representation. */
+void sy_ring_set_gil_handoff(sy_ring *r, int64_t *waiters) { r->gil_waiters = (_Atomic int64_t *)waiters; }
+
 void sy_ring_free(sy_ring *r) {
     if (!r) return;
     /* acq_rel: every use of the mapping by other holders happens before the unmap */

@@ -149,12 +149,84 @@ static int wait_blocking(struct sy_wait *w, int64_t *got) {
     }
 }
 
+/* ---- The GIL handoff ----------------------------------------------------------------------------
+ *
+ * Two Python threads of one process on one ring (a producer thread, a consumer thread) take turns
+ * holding the GIL: the producer fills the ring while holding it, then waits for space (the wait
+ * releases the GIL); the consumer drains, then waits for data. A waiter whose condition comes true
+ * while the other thread still runs Python (the consumer sees the first batch of the next lap,
+ * the producer sees the space the consumer's read just freed) returned from C and blocked on the
+ * GIL: its thread slept on the GIL's condition variable, and the holder's next release woke it, a
+ * futex wake on a core that may have gone idle (1-2 sleeps per thread per lap on the 16-core host:
+ * docs/pipeline.md). So such a waiter keeps waiting, in C with the GIL released, until another
+ * thread of this process is inside a ring wait too (the process's waiter count, kept by every wait
+ * through a handle with the handoff on), which is when that thread has released the GIL: taking
+ * it then needs no sleep and no wake. The count is per process, not per ring, because the peer
+ * thread may be waiting on another ring (two threads playing ping-pong over two rings). Only where
+ * the peer is in this process (only it can hold our GIL) and is one thread: the single producer,
+ * or the one gating consumer. Bounded by HANDOFF_NS: a peer that never waits in a ring (it sleeps
+ * in time.sleep between publishes) costs at most that much latency. */
+#define HANDOFF_NS 50000  /* 3x a GIL handoff's wake on the 2-core VM; a ring lap of 16 batches is ~8 us */
+#define SPIN_PHASE_HANDOFF 64  /* as the blocking strategy's spin, before the clock and the yields */
+
+/* Whether this wait's peer is one thread of this process (another process holds another GIL). */
+static bool peer_in_this_process(const struct sy_wait *w) {
+    sy_ring *r = w->ring;
+    struct sy_ring_header *h = r->header;
+    int64_t me = (int64_t)getpid();
+    if (w->side == WAITING_FOR_DATA) {
+        /* downstream consumers wait on consumers, several producers on none in particular */
+        if (w->upstream || r->producer_kind != SY_RING_SINGLE_PRODUCER) return false;
+        for (int i = 0; i < SY_RING_MAX_PRODUCERS; i++)
+            if (atomic_load_explicit(&h->producers[i].pid, memory_order_acquire) == me) return true;
+        return false;
+    }
+    uint64_t leaves = atomic_load_explicit(&h->registry.gating_consumers, memory_order_acquire);
+    if (!leaves || (leaves & (leaves - 1))) return false;  /* one gating consumer, or no handoff */
+    return atomic_load_explicit(&h->consumers[__builtin_ctzll(leaves)].pid, memory_order_acquire) == me;
+}
+
+/* What was waited for is there (*got): wait on until another thread of the process waits too,
+ * then look again (more may be ready by then: the whole lap, not its first batch). */
+static void hand_over(struct sy_wait *w, int64_t *got) {
+    _Atomic int64_t *waiters = w->ring->gil_waiters;
+    if (!peer_in_this_process(w)) return;
+    int64_t until = 0;
+    /* relaxed: a hint (no data is published through it); what the peer published is read through
+     * the probe below. 1: ourselves. */
+    for (int spins = 0; atomic_load_explicit(waiters, memory_order_relaxed) <= 1; spins++) {
+        if (spins < SPIN_PHASE_HANDOFF) {
+            sy_cpu_relax();
+            continue;
+        }
+        int64_t now = (int64_t)sy_now_ns();
+        if (!until) until = now + HANDOFF_NS;
+        if (now >= until || atomic_load_explicit(&w->ring->closing, memory_order_acquire)) break;
+        sched_yield();  /* the peer may share this CPU: let it run to its wait */
+    }
+    int64_t again = w->probe(w->ctx, w->want);
+    if (again > *got) *got = again;
+}
+
 /* Probes a waiter makes before it reads the clock: a handoff already on its way (the other side
  * is one cache-line transfer from done) never pays for two clock_gettime calls on its critical
  * path. Every strategy starts by spinning at least this long anyway. */
 #define SPINS_BEFORE_CLOCK 32
 
+static int wait_strategy(struct sy_wait *w, int64_t *got);
+
 int wait_for(struct sy_wait *w, int64_t *got) {
+    _Atomic int64_t *waiters = w->ring->gil_waiters;
+    if (!waiters) return wait_strategy(w, got);
+    /* relaxed: a count read as a hint by other threads' hand_over; no data is published through it */
+    atomic_fetch_add_explicit(waiters, 1, memory_order_relaxed);
+    int status = wait_strategy(w, got);
+    if (status == SY_OK) hand_over(w, got);
+    atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+    return status;
+}
+
+static int wait_strategy(struct sy_wait *w, int64_t *got) {
     for (int i = 0; i < SPINS_BEFORE_CLOCK; i++) {
         sy_cpu_relax();
         if ((*got = w->probe(w->ctx, w->want)) >= w->want) return SY_OK;

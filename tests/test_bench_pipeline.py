@@ -67,6 +67,7 @@ def test_tiny_run_fills_every_shape(tmp_path):
         assert (group, "sy.Queue") in rows
         assert (group, "multiprocessing.Queue") in rows and rows[(group, "multiprocessing.Queue")]["anchor"]
     assert ("frames", "sy.RingBuffer claim/view_batch (zero-copy)") in rows
+    assert ("frames", "sy.RingBuffer claim/view_batch, yield wait (zero-copy)") in rows
     frames = [r for (g, _), r in rows.items() if g == "frames" and "GB/s" in r["metrics"]]
     assert all(0 < r["metrics"]["% memcpy"] for r in frames)
     workers = [r for (g, _), r in rows.items() if g == "workers"]

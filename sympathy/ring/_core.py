@@ -1,6 +1,7 @@
 """What the ring's Python modules share: the C module, statuses, timeouts, wait slices."""
 from __future__ import annotations
 
+import os
 import sys
 
 from .._errors import check
@@ -28,6 +29,12 @@ WAIT_SLICE_NS = 20_000_000  # a C wait comes back this often: Ctrl-C is seen wit
 READ_AHEAD = 256  # items get() may take in one C call (plain numeric dtypes, no consumer after it)
 ARENA_BYTES = 1 << 20  # get_batch copies into a block this large, handing out slices of it; asks over
                        # NOW_BYTES wait first, then allocate exactly what is ready
+
+# The GIL handoff's count of this process's threads inside a ring wait (c_src/ring_wait.c): one
+# per process, never freed (every ring handle points at it). A forked child starts with none: the
+# parent's waiting threads do not exist there.
+_GIL_WAITERS = ffi.new("int64_t *")
+os.register_at_fork(after_in_child=lambda: _GIL_WAITERS.__setitem__(0, 0))
 
 WAITS = {"busy_spin": lib.SY_WAIT_BUSY_SPIN, "yield": lib.SY_WAIT_YIELD, "sleep": lib.SY_WAIT_SLEEP,
          "blocking": lib.SY_WAIT_BLOCKING}

@@ -15,7 +15,8 @@ import numpy as np
 from .._errors import SY_ECLOSED, SY_EINVAL, SY_EOS, SY_ETIMEDOUT, SY_EUNSUPPORTED, ClosedError
 from . import segment
 from ._core import (
-    LAYOUTS, MAX_CONSUMERS, PRODUCERS, WAITS, WAIT_SLICE_NS, _EBUSY, _MAX_CAPACITY, _NOT_NOW, _SLICE, _describe, _rewait,
+    LAYOUTS, MAX_CONSUMERS, PRODUCERS, WAITS, WAIT_SLICE_NS, _EBUSY, _GIL_WAITERS, _MAX_CAPACITY, _NOT_NOW, _SLICE,
+    _describe, _rewait,
     _segment_version, _timeout_ns, _write_args_now, _write_i64, _write_many, _write_now, _write_one, ffi, lib,
 )
 from .consumer import Consumer, EventPoller
@@ -149,6 +150,9 @@ class RingBuffer:
         self._closed = False
         lib.sy_ring_set_wait_slice(handle, WAIT_SLICE_NS)
         lib.sy_ring_refuse_concurrent_claims(handle, 1)  # one object, any thread: refuse, never duplicate
+        # Two threads of this process on a ring hand the GIL over in C, never sleeping on it
+        # (c_src/ring_wait.c, "The GIL handoff"; docs/pipeline.md, issue 19's third session).
+        lib.sy_ring_set_gil_handoff(handle, _GIL_WAITERS)
         # In the slots layout each slot is an 8-byte "published" header followed by the item, so the
         # items sit one slot_stride apart: a strided (not contiguous) array over the ring, zero-copy
         # all the same; in the contiguous layout slot_stride is the item size.

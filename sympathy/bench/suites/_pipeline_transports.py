@@ -411,12 +411,13 @@ class SyRingFrames(Transport):
     kinds = ("frames",)
     zero_copy = True
     SLOTS = 4
+    WAIT = "blocking"
 
     def prepare(self, kind, frame_bytes, consumers):
         from ...ring import RingBuffer
 
         self.name = f"sybench-frames-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.ring = RingBuffer(self.SLOTS, item_size=frame_bytes, name=self.name, wait="blocking")
+        self.ring = RingBuffer(self.SLOTS, item_size=frame_bytes, name=self.name, wait=self.WAIT)
         self.consumer = self.ring.consumer()  # before any publish: it gates the producer from the start
         self.parent = os.getpid()
 
@@ -438,6 +439,14 @@ class SyRingFrames(Transport):
 
     def close(self):
         self.ring.close()
+
+
+class SyRingFramesYield(SyRingFrames):
+    """The same ring with the yield wait: its consumer polls with sched_yield, as the iceoryx2
+    row's does (its bindings have no blocking receive), so the producer never pays a futex wake
+    (the blocking wait's consumer sleeps between frames, and each publish then wakes it)."""
+    label = "sy.RingBuffer claim/view_batch, yield wait"
+    WAIT = "yield"
 
 
 def busy_loop_count(task_s: float) -> int:

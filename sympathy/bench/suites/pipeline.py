@@ -320,7 +320,7 @@ QUICK = {"items": 5_000, "frames": 10, "tasks": 400, "repeat": 1}
 FULL = {"items": 20_000, "frames": 24, "tasks": 2_000, "repeat": 3}
 OBJECTS = (tr.MpQueue, tr.SimpleQueue, tr.FasterFifo, tr.Zmq, tr.Iceoryx2, tr.SyQueue)
 FRAMES = (tr.MpQueue, tr.SimpleQueue, tr.FasterFifo, tr.Zmq, tr.SharedMemoryByHand, tr.Iceoryx2, tr.SyQueue,
-          tr.SyQueueFrames, tr.SyRingFrames)
+          tr.SyQueueFrames, tr.SyRingFrames, tr.SyRingFramesYield)
 WORKERS = (tr.MpQueue, tr.SimpleQueue, tr.FasterFifo, tr.Zmq, tr.SyQueue)
 OURS = ("sy.",)
 CEILING = "no transport: N processes, own tasks (ceiling)"
