@@ -553,7 +553,9 @@ int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
         if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T, kVarlenFlag>(p, stream);
         return kUnsupported;
     }
-    if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T, 0>(p, stream);
+    if (p.head_dim == 64)
+        return p.seqlen_q <= kHopperD64ShortMaxQ ? launch_causal<HopperTraitsD64Short, T, 0>(p, stream)
+                                                 : launch_causal<HopperTraitsD64, T, 0>(p, stream);
     if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T, 0>(p, stream);
     return launch_causal<HopperTraitsD256, T, 0>(p, stream);
 }

@@ -231,27 +231,30 @@ __device__ __forceinline__ void produce_kv(const SharedTiles<Tr> &sm, const CUte
 
 // The producer thread's whole walk: each tile's K/V blocks through the ring (kv_iter counts blocks over
 // all tiles of this block: it names the ring stage and its lap), and the next tile's Q ahead of them.
-// The next tile is drawn as a tile starts (not varlen), so the counter's round trip to L2 (an atomic)
-// overlaps the copies. kQInRegisters: the consumers free the single Q buffer as a tile starts
-// (take_q), so the next tile's Q is issued right after the tile's first K/V block, a whole tile before
-// the boundary where it is needed, rather than after the tile's last block (at 2 stages, about one
-// block before it). Q in shared memory waits for the consumers' last S GEMM of a tile instead (with
-// one buffer, that comes after the tile's last block: issuing earlier would deadlock), so it keeps
-// its place after the last block. Varlen keeps the old order too (draw and Q after the last block): its
-// producer holds the sequence offsets, and the next tile held across the blocks spilled 16-24 bytes at
-// the producer's 24 registers.
+// Full rectangles (kBandNone, not varlen) draw the next tile as a tile starts, so the counter's round
+// trip to L2 (an atomic) overlaps the copies; with Q in registers the consumers free the single Q buffer
+// as a tile starts (take_q), so the next tile's Q is issued right after the tile's first K/V block, a
+// whole tile before the boundary where it is needed, rather than after the tile's last block (at 2
+// stages, about one block before it). Measured (docs/notes-hopper.md, fwd21) in three runs: d = 128
+// not causal +3 % at N = 1024, +1.6 % at 4096; d = 64 (draw only: Q in shared memory waits for the last
+// S GEMM of a tile, and with one buffer issuing it earlier would deadlock) +0-2 %. Bands (causal,
+// windows, mask lists) keep the late draw: their tiles differ in length, and a block that reserves its
+// next tile a tile early leaves the dynamic schedule less to balance at the end (-1.4 % at d = 128
+// N = 4096 causal, -1.8 % at d = 64 N = 1024, each run). Varlen keeps it too: its producer holds the
+// sequence offsets, and the next tile held across the blocks spilled 16-24 bytes at 24 registers.
 template <class Tr, int kMode>
 __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
                         const CUtensorMap *tm_v, const TileScheduler &sched, const sy_attn_params &p, Band band) {
     constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
-    constexpr bool kQAhead = Tr::kQInRegisters && !kVarlen;
+    constexpr bool kDrawEarly = (kMode & 3) == kBandNone && !kVarlen;
+    constexpr bool kQAhead = Tr::kQInRegisters && kDrawEarly;
     const int group = p.heads_q / p.heads_kv;
     int kv_iter = 0;
     int t = skip_past_ends<Tr, kMode>(sched, p, blockIdx.x);
     produce_q<Tr, kMode>(sm, tm_q, sched, p, 0, t);
     for (int tile_iter = 0; t < sched.n_tiles; ++tile_iter) {
         const TileWork w = tile_work<Tr, kMode>(sched, t, p, band, kv_iter, tile_iter);
-        int next = kVarlen ? 0 : sched.next(p.tile_counter);
+        int next = kDrawEarly ? sched.next(p.tile_counter) : 0;
         // Where the tile's sequence starts in the tensor maps (varlen: its first packed row, batch 0;
         // otherwise row 0 of batch w.b); kBandMask: block j is entry j of the tile's list.
         const int k_row0 = kVarlen ? __ldg(p.cu_seqlens_k + w.b) : 0, batch = kVarlen ? 0 : w.b;
@@ -261,7 +264,7 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
             produce_kv<Tr>(sm, tm_k, tm_v, kv_iter, k_row0 + block * Tr::kBlockN, w.h / group, batch);
             if (kQAhead && j == 0) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         }
-        if constexpr (kVarlen) next = skip_past_ends<Tr, kMode>(sched, p, sched.next(p.tile_counter));
+        if constexpr (!kDrawEarly) next = skip_past_ends<Tr, kMode>(sched, p, sched.next(p.tile_counter));
         if (!kQAhead) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         t = next;
     }
