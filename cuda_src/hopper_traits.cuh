@@ -101,6 +101,8 @@ using HopperTraitsD64 = HopperTraits<64, SY_HOPPER_D64_BLOCK_N, SY_HOPPER_D64_ST
 // block holds 64 rows of 192 (12.5 % of the work is padding), and causal, the tall tiles' diagonal blocks
 // compute 1.5x the scores 128-row tiles do (32 blocks of 192 x 128 against 36 of 128 x 128 for 524 K
 // visible scores per head). Used up to SY_HOPPER_D64_SHORT_MAX_Q query rows (0: never), not varlen or dropout.
+// Measured (docs/notes-hopper.md, fwd21) at N = 1024: +15 % causal, +3 % not; at N = 2048 it loses 7 % not
+// causal (the third consumer's overlap is worth more than 3 % of padding there), so the switch is at 1024.
 #ifndef SY_HOPPER_D64_SHORT_MAX_Q
 #define SY_HOPPER_D64_SHORT_MAX_Q 1024
 #endif
