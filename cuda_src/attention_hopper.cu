@@ -406,7 +406,6 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
     extern __shared__ unsigned char smem_raw[];
     const SharedTiles<Tr> sm(smem_raw);
     const int warpgroup = threadIdx.x / 128;
-    const int group = p.heads_q / p.heads_kv;
 
     if (threadIdx.x == 0) {
         Barriers<Tr> &bar = *sm.bars;
@@ -431,37 +430,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             tma_prefetch_map(&tm_q);
             tma_prefetch_map(&tm_k);
             tma_prefetch_map(&tm_v);
-            Barriers<Tr> &bar = *sm.bars;
-            int kv_iter = 0;
-            for (int t = blockIdx.x, tile_iter = 0;; ++tile_iter) {
-                // A Q buffer is free once every consumer has finished the S GEMMs of the tile it held
-                // (or, kQInRegisters, has read it into registers).
-                const int buf = tile_iter % Tr::kQBuffers;
-                // Varlen: the grid walks every sequence as if it had max_seqlen_q queries; tiles past a
-                // sequence's end are skipped here, so no consumer ever sees one.
-                if constexpr ((kMode & kVarlenFlag) != 0) {
-                    for (; t < sched.n_tiles; t = sched.next(p.tile_counter)) {
-                        const TileScheduler::Tile tl = sched.tile(t, (kMode & 3) != kBandNone);
-                        if (tl.m_block * Tr::kBlockM < __ldg(p.cu_seqlens_q + tl.b + 1) - __ldg(p.cu_seqlens_q + tl.b))
-                            break;
-                    }
-                }
-                mbar_wait(smem_addr(&bar.q_empty[buf]), ((tile_iter / Tr::kQBuffers) & 1) ^ 1);
-                bar.tile[buf] = t;
-                if (t >= sched.n_tiles) {
-                    mbar_arrive(smem_addr(&bar.q_full[buf]));   // completes the phase with no bytes: "stop"
-                    break;
-                }
-                const TileWork w = tile_work<Tr, kMode>(sched, t, p, band, kv_iter, tile_iter);
-                if constexpr ((kMode & kVarlenFlag) != 0)
-                    produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, __ldg(p.cu_seqlens_q + w.b),
-                                     __ldg(p.cu_seqlens_k + w.b), 0);
-                else if constexpr ((kMode & 3) == kBandMask)
-                    produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, 0, 0, w.b, p.mask_lists + w.list + 1);
-                else
-                    produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, 0, 0, w.b);
-                t = sched.next(p.tile_counter);
-            }
+            produce<Tr, kMode>(sm, &tm_q, &tm_k, &tm_v, sched, p, band);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
@@ -584,7 +553,9 @@ int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
         if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T, kVarlenFlag>(p, stream);
         return kUnsupported;
     }
-    if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T, 0>(p, stream);
+    if (p.head_dim == 64)
+        return p.seqlen_q <= kHopperD64ShortMaxQ ? launch_causal<HopperTraitsD64Short, T, 0>(p, stream)
+                                                 : launch_causal<HopperTraitsD64, T, 0>(p, stream);
     if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T, 0>(p, stream);
     return launch_causal<HopperTraitsD256, T, 0>(p, stream);
 }

@@ -167,39 +167,106 @@ __device__ __forceinline__ TileWork uniform(TileWork w) {
 }
 
 // ---- the producer: one thread issues every copy ---------------------------------------------------
-// Q of tile w into its buffer, then its K/V blocks through the ring. kv_iter counts K/V blocks over
-// all tiles of this block: it names the ring stage and its lap.
-// q_row0, k_row0, batch: where the tile's sequence starts in the tensor maps (varlen: its first packed
-// row, batch 0; otherwise row 0 of batch w.b). entries: kBandMask's list (block j is entry j), or null.
-template <class Tr>
-__device__ __forceinline__ void produce_tile(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
-                                             const CUtensorMap *tm_v, const TileWork &w, int h_kv, int &kv_iter,
-                                             int q_row0, int k_row0, int batch, const int *entries = nullptr) {
+// Varlen: the grid walks every sequence as if it had max_seqlen_q queries; tiles past a sequence's end
+// are skipped here (each skip draws again), so no consumer ever sees one. Otherwise t itself.
+template <class Tr, int kMode>
+__device__ __forceinline__ int skip_past_ends(const TileScheduler &sched, const sy_attn_params &p, int t) {
+    if constexpr ((kMode & kVarlenFlag) != 0) {
+        for (; t < sched.n_tiles; t = sched.next(p.tile_counter)) {
+            const TileScheduler::Tile tl = sched.tile(t, (kMode & 3) != kBandNone);
+            if (tl.m_block * Tr::kBlockM < __ldg(p.cu_seqlens_q + tl.b + 1) - __ldg(p.cu_seqlens_q + tl.b)) break;
+        }
+    }
+    return t;
+}
+
+// Q of tile t (iteration tile_iter of this block) into its buffer, once every consumer has freed it:
+// finished the S GEMMs of the tile the buffer held, or (kQInRegisters) read it into registers. t at
+// or past n_tiles completes the phase with no bytes: "stop". The tile index is written before the
+// arrival (release), read by the consumers after their wait (acquire).
+template <class Tr, int kMode>
+__device__ __forceinline__ void produce_q(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const TileScheduler &sched,
+                                          const sy_attn_params &p, int tile_iter, int t) {
     Barriers<Tr> &bar = *sm.bars;
-    unsigned char *q = sm.q + w.q_buf * Tr::kQBytes;
-    mbar_arrive_expect_tx(smem_addr(&bar.q_full[w.q_buf]), Tr::kQBytes);
+    const int buf = tile_iter % Tr::kQBuffers;
+    mbar_wait(smem_addr(&bar.q_empty[buf]), ((tile_iter / Tr::kQBuffers) & 1) ^ 1);
+    bar.tile[buf] = t;
+    if (t >= sched.n_tiles) {
+        mbar_arrive(smem_addr(&bar.q_full[buf]));
+        return;
+    }
+    constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
+    const TileScheduler::Tile tl = sched.tile(t, (kMode & 3) != kBandNone);
+    const int row = (kVarlen ? __ldg(p.cu_seqlens_q + tl.b) : 0) + tl.m_block * Tr::kBlockM;
+    unsigned char *q = sm.q + buf * Tr::kQBytes;
+    mbar_arrive_expect_tx(smem_addr(&bar.q_full[buf]), Tr::kQBytes);
 #pragma unroll
-    for (int p = 0; p < Tr::kPanels; ++p)
-        tma_load_4d(smem_addr(q + p * Tr::kQPanelBytes), tm_q, smem_addr(&bar.q_full[w.q_buf]), p * Tr::kPanelCols,
-                    q_row0 + w.m0, w.h, batch);
-    for (int j = 0; j < w.n_blocks; ++j, ++kv_iter) {
-        const int stage = kv_iter % Tr::kStages;
-        // A fresh barrier counts as having completed the phase before its first, so the first lap
-        // waits on parity 1 and passes at once; lap L waits for the consumers' release of lap L-1.
-        const uint32_t empty_parity = ((kv_iter / Tr::kStages) & 1) ^ 1;
-        const int row = k_row0 + (entries ? MaskWalk::block(__ldg(entries + j)) : w.first_block + j) * Tr::kBlockN;
-        mbar_wait(smem_addr(&bar.k_empty[stage]), empty_parity);
-        mbar_arrive_expect_tx(smem_addr(&bar.k_full[stage]), Tr::kKVBytes);
+    for (int c = 0; c < Tr::kPanels; ++c)
+        tma_load_4d(smem_addr(q + c * Tr::kQPanelBytes), tm_q, smem_addr(&bar.q_full[buf]), c * Tr::kPanelCols, row,
+                    tl.h, kVarlen ? 0 : tl.b);
+}
+
+// K and V of key rows row.. (one block) into ring stage kv_iter % kStages, once the consumers released it.
+template <class Tr>
+__device__ __forceinline__ void produce_kv(const SharedTiles<Tr> &sm, const CUtensorMap *tm_k, const CUtensorMap *tm_v,
+                                           int kv_iter, int row, int h_kv, int batch) {
+    Barriers<Tr> &bar = *sm.bars;
+    const int stage = kv_iter % Tr::kStages;
+    // A fresh barrier counts as having completed the phase before its first, so the first lap
+    // waits on parity 1 and passes at once; lap L waits for the consumers' release of lap L-1.
+    const uint32_t empty_parity = ((kv_iter / Tr::kStages) & 1) ^ 1;
+    mbar_wait(smem_addr(&bar.k_empty[stage]), empty_parity);
+    mbar_arrive_expect_tx(smem_addr(&bar.k_full[stage]), Tr::kKVBytes);
 #pragma unroll
-        for (int p = 0; p < Tr::kPanels; ++p)
-            tma_load_4d(smem_addr(sm.k + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.k_full[stage]),
-                        p * Tr::kPanelCols, row, h_kv, batch);
-        mbar_wait(smem_addr(&bar.v_empty[stage]), empty_parity);
-        mbar_arrive_expect_tx(smem_addr(&bar.v_full[stage]), Tr::kKVBytes);
+    for (int c = 0; c < Tr::kPanels; ++c)
+        tma_load_4d(smem_addr(sm.k + stage * Tr::kKVBytes + c * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.k_full[stage]),
+                    c * Tr::kPanelCols, row, h_kv, batch);
+    mbar_wait(smem_addr(&bar.v_empty[stage]), empty_parity);
+    mbar_arrive_expect_tx(smem_addr(&bar.v_full[stage]), Tr::kKVBytes);
 #pragma unroll
-        for (int p = 0; p < Tr::kPanels; ++p)
-            tma_load_4d(smem_addr(sm.v + stage * Tr::kKVBytes + p * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.v_full[stage]),
-                        p * Tr::kPanelCols, row, h_kv, batch);
+    for (int c = 0; c < Tr::kPanels; ++c)
+        tma_load_4d(smem_addr(sm.v + stage * Tr::kKVBytes + c * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.v_full[stage]),
+                    c * Tr::kPanelCols, row, h_kv, batch);
+}
+
+// The producer thread's whole walk: each tile's K/V blocks through the ring (kv_iter counts blocks over
+// all tiles of this block: it names the ring stage and its lap), and the next tile's Q ahead of them.
+// Full rectangles (kBandNone, not varlen) draw the next tile as a tile starts, so the counter's round
+// trip to L2 (an atomic) overlaps the copies; with Q in registers the consumers free the single Q buffer
+// as a tile starts (take_q), so the next tile's Q is issued right after the tile's first K/V block, a
+// whole tile before the boundary where it is needed, rather than after the tile's last block (at 2
+// stages, about one block before it). Measured (docs/notes-hopper.md, fwd21) in three runs: d = 128
+// not causal +3 % at N = 1024, +1.6 % at 4096; d = 64 (draw only: Q in shared memory waits for the last
+// S GEMM of a tile, and with one buffer issuing it earlier would deadlock) +0-2 %. Bands (causal,
+// windows, mask lists) keep the late draw: their tiles differ in length, and a block that reserves its
+// next tile a tile early leaves the dynamic schedule less to balance at the end (-1.4 % at d = 128
+// N = 4096 causal, -1.8 % at d = 64 N = 1024, each run). Varlen keeps it too: its producer holds the
+// sequence offsets, and the next tile held across the blocks spilled 16-24 bytes at 24 registers.
+template <class Tr, int kMode>
+__device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
+                        const CUtensorMap *tm_v, const TileScheduler &sched, const sy_attn_params &p, Band band) {
+    constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
+    constexpr bool kDrawEarly = (kMode & 3) == kBandNone && !kVarlen;
+    constexpr bool kQAhead = Tr::kQInRegisters && kDrawEarly;
+    const int group = p.heads_q / p.heads_kv;
+    int kv_iter = 0;
+    int t = skip_past_ends<Tr, kMode>(sched, p, blockIdx.x);
+    produce_q<Tr, kMode>(sm, tm_q, sched, p, 0, t);
+    for (int tile_iter = 0; t < sched.n_tiles; ++tile_iter) {
+        const TileWork w = tile_work<Tr, kMode>(sched, t, p, band, kv_iter, tile_iter);
+        int next = kDrawEarly ? sched.next(p.tile_counter) : 0;
+        // Where the tile's sequence starts in the tensor maps (varlen: its first packed row, batch 0;
+        // otherwise row 0 of batch w.b); kBandMask: block j is entry j of the tile's list.
+        const int k_row0 = kVarlen ? __ldg(p.cu_seqlens_k + w.b) : 0, batch = kVarlen ? 0 : w.b;
+        const int *entries = (kMode & 3) == kBandMask ? p.mask_lists + w.list + 1 : nullptr;
+        for (int j = 0; j < w.n_blocks; ++j, ++kv_iter) {
+            const int block = entries ? MaskWalk::block(__ldg(entries + j)) : w.first_block + j;
+            produce_kv<Tr>(sm, tm_k, tm_v, kv_iter, k_row0 + block * Tr::kBlockN, w.h / group, batch);
+            if (kQAhead && j == 0) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
+        }
+        if constexpr (!kDrawEarly) next = skip_past_ends<Tr, kMode>(sched, p, sched.next(p.tile_counter));
+        if (!kQAhead) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
+        t = next;
     }
 }
 #endif  // SY_HOPPER_DEVICE_CODE

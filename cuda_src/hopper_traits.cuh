@@ -96,6 +96,18 @@ struct HopperTraits {
 #endif
 using HopperTraitsD64 = HopperTraits<64, SY_HOPPER_D64_BLOCK_N, SY_HOPPER_D64_STAGES, SY_HOPPER_D64_CONSUMERS,
                                      SY_HOPPER_D64_Q_IN_REGISTERS>;
+// d = 64 at short query lengths: 128 x 128 tiles (two consumers, Q in registers, 4 stages: Q 16 KiB + 4 x 2 x
+// 16 KiB = 144 KiB). 192-row tiles waste the most where sequences are short: at N = 1024 the last query
+// block holds 64 rows of 192 (12.5 % of the work is padding), and causal, the tall tiles' diagonal blocks
+// compute 1.5x the scores 128-row tiles do (32 blocks of 192 x 128 against 36 of 128 x 128 for 524 K
+// visible scores per head). Used up to SY_HOPPER_D64_SHORT_MAX_Q query rows (0: never), not varlen or dropout.
+// Measured (docs/notes-hopper.md, fwd21) at N = 1024: +15 % causal, +3 % not; at N = 2048 it loses 7 % not
+// causal (the third consumer's overlap is worth more than 3 % of padding there), so the switch is at 1024.
+#ifndef SY_HOPPER_D64_SHORT_MAX_Q
+#define SY_HOPPER_D64_SHORT_MAX_Q 1024
+#endif
+constexpr int kHopperD64ShortMaxQ = SY_HOPPER_D64_SHORT_MAX_Q;
+using HopperTraitsD64Short = HopperTraits<64, 128, 4, 2, true>;
 // d = 128: 128 x 128 tiles, 2 stages (FlashAttention-3's choice), Q in registers: Q 32 KiB + 2 x 2 x 32 KiB
 // = 160 KiB.
 // Measured against 128 x 176 (+0-4% not causal, -3-9% causal: within run-to-run noise at N >= 4096)

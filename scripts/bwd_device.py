@@ -7,7 +7,8 @@ cudnn (bf16, B*N = 16384, H*d = 2048, the anchors' shapes).
     python3 scripts/bwd_device.py --table attention-gpu.json    # fwd+bwd rows of a bench run, markdown
 
 --sweep also builds one library per dkdv tile variant (SY_MMA_BWD_DKDV_TRAITS_D*) and times the
-backward alone (atomic and deterministic) at N = 4096.
+backward alone (atomic and deterministic) at N = 4096. --fa4 adds FlashAttention-4's forward+backward
+(scripts/fa4_anchor.py; on (B, N, H, d) copies of the inputs) where it is importable, and says why where not.
 """
 import argparse
 import math
@@ -19,6 +20,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sympathy.attention import cuda
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+import fa4_anchor  # noqa: E402
 
 
 class _HopperBwdFrom:
@@ -145,7 +149,7 @@ def median_ms(fn):
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
-def timing(sizes, log, ours, variants=None):
+def timing(sizes, log, ours, variants=None, fa4=None):
     """variants: {"hopper-NAME": lib}, timed as `hopper` with that library's backward."""
     variants = variants or {}
     arch = cuda.device_arch()
@@ -157,11 +161,16 @@ def timing(sizes, log, ours, variants=None):
             q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             leaves = [t.requires_grad_() for t in (q, k, v)]
             dout = torch.randn_like(q)
+            bnhd = [fa4_anchor.to_bnhd(t) for t in leaves] if fa4 else None
+            dout_bnhd = dout.transpose(1, 2).contiguous() if fa4 else None
             for causal in (False, True):
                 flops = 4 * B * H * n * n * d / (2 if causal else 1)
                 res = {}
-                for name in ("flash", "cudnn") + ours:
-                    if name in ("flash", "cudnn"):
+                for name in ("flash", "cudnn") + ours + (("fa4",) if fa4 else ()):
+                    if name == "fa4":
+                        def fwd():
+                            return fa4_anchor.forward(fa4, *bnhd, causal)
+                    elif name in ("flash", "cudnn"):
                         backend = SDPBackend.FLASH_ATTENTION if name == "flash" else SDPBackend.CUDNN_ATTENTION
 
                         def fwd(backend=backend):
@@ -182,6 +191,9 @@ def timing(sizes, log, ours, variants=None):
                                 return torch.autograd.grad(fwd(), leaves, dout)
                             finally:
                                 cuda._libs[arch] = main_lib
+                    elif name == "fa4":
+                        def step(fwd=fwd):
+                            return torch.autograd.grad(fwd(), bnhd, dout_bnhd)
                     else:
                         def step(fwd=fwd):
                             return torch.autograd.grad(fwd(), leaves, dout)
@@ -203,7 +215,7 @@ def timing(sizes, log, ours, variants=None):
                 rows.append((d, n, causal, res))
                 log(f"d={d} N={n} causal={causal} " + " ".join(
                     f"{k}={v[0]:.1f}/{v[1]:.1f}/{v[2]:.0f}MiB" if v else f"{k}=-" for k, v in res.items()))
-            del q, k, v, leaves, dout
+            del q, k, v, leaves, dout, bnhd, dout_bnhd
             torch.cuda.empty_cache()
     return rows
 
@@ -337,6 +349,7 @@ def main():
     ap.add_argument("--profile-n", type=int, default=4096)
     ap.add_argument("--profile-causal", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="time every cell this many times (tables one after another)")
+    ap.add_argument("--fa4", action="store_true", help="time FlashAttention-4 beside (where importable)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=path/to/attention_hopper_bwd.cu: another version of the hopper backward, timed beside")
     args = ap.parse_args()
@@ -365,16 +378,20 @@ def main():
     sweep_lines = sweep(log) if args.sweep else []
     profile_lines = profile(log, variants, args.profile_n, args.profile_causal) if args.profile and hopper else []
     ours = mma + (("hopper", "hopper-det") + tuple(variants) if hopper else ())
-    tables = [timing(args.sizes, log, ours, variants) for _ in range(args.repeat)]
+    fa4 = None
+    if args.fa4:
+        fa4, why = fa4_anchor.load()
+        print(f"fa4: {fa4_anchor.version()}" if fa4 else f"fa4: not importable ({why}): its rows are skipped", flush=True)
+    tables = [timing(args.sizes, log, ours, variants, fa4) for _ in range(args.repeat)]
     for line in sweep_lines + profile_lines:
         print(line)
     for rows in tables:
-        print_table(rows, ours)
+        print_table(rows, ours, ("fa4",) if fa4 else ())
 
 
-def print_table(rows, ours):
+def print_table(rows, ours, anchors=()):
     print("\nfwd+bwd TFLOP/s (3.5x fwd FLOPs) | bwd-only TFLOP/s (2.5x, fwd+bwd time minus fwd time) | extra MiB")
-    print(f"{'d':>4} {'N':>6} {'causal':>6} | " + " | ".join(f"{k:>20}" for k in ("flash", "cudnn") + ours)
+    print(f"{'d':>4} {'N':>6} {'causal':>6} | " + " | ".join(f"{k:>20}" for k in ("flash", "cudnn") + ours + anchors)
           + " | " + " ".join(f"{k}/cudnn" for k in ours))
     for d, n, causal, res in rows:
         cells = [f"{v[0]:6.1f} {v[1]:6.1f} {v[2]:6.0f}" if v else f"{'-':>20}" for v in res.values()]

@@ -86,3 +86,16 @@ def test_tiny_bf16_llama_matches_sdpa_on_cuda():
     assert dict(sy.attention.patch_stats().paths) == {"cuda+padding": 2}
     real = padding.bool()
     assert_close_rel(logits["sympathy"][real], logits["sdpa"][real], 5e-2)
+
+
+def test_a_forward_without_autograd_skips_the_dispatcher_and_gives_the_ops_bits(monkeypatch):
+    from sympathy.attention import cuda
+
+    q, k, v = qkv(N=333)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out_op, lse_op = cuda.attention_with_lse(*leaves, is_causal=True, enable_gqa=True)   # through the op
+    monkeypatch.setattr(cuda, "_attention_op", lambda: pytest.fail("a no-grad forward went through the op"))
+    out, lse = cuda.attention_with_lse(q, k, v, is_causal=True, enable_gqa=True)
+    assert torch.equal(out, out_op.detach()) and torch.equal(lse, lse_op)
+    with torch.no_grad():
+        assert torch.equal(cuda.attention_with_lse(*leaves, is_causal=True, enable_gqa=True)[0], out)
