@@ -16,7 +16,7 @@
 // d = 256 (MmaBwdDkdvTraitsD256): a warp's dK and dV over all of d would need 256 accumulator registers,
 // so two warps share each 16 keys and own half the columns each (kColSplits); one computes S^T, the other
 // dP^T, and P^T, dS^T cross through shared memory. Dense and causal only (launch_d256), on GPUs granting
-// a block 209 KiB of shared memory.
+// a block 217 KiB of shared memory.
 #include <climits>
 
 #include "attention_band.cuh"
@@ -543,7 +543,7 @@ int launch_d256(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t str
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right,
                                 p.seqlen_q, p.seqlen_k, &mode);
     if (p.mask_lists || p.dropout_p > 0.f || mode == kBandLocal) return kUnsupported;
-    // 209 KiB of shared memory a block: a GPU that grants less (A100: 163 KiB) is refused before any launch.
+    // 217 KiB of shared memory a block: a GPU that grants less (A100: 163 KiB) is refused before any launch.
     int device = 0, optin = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||

@@ -245,11 +245,13 @@ using MmaBwdDkdvTraitsD128 = SY_MMA_BWD_DKDV_TRAITS_D128;
 using MmaBwdDqTraitsD64 = MmaBwdTraits<64, 64, 64, 4, 1, 2>;
 using MmaBwdDqTraitsD128 = MmaBwdTraits<128, 64, 64, 4, 1, 2>;
 // d = 256, dkdv: 64 keys x query tiles of 64 on 8 warps, two per 16 keys (kColSplits: dK, dV 128 registers
-// per warp as at d = 128), S^T and dP^T in two slices of 32 queries, dQ in two passes of 64 columns.
-// Shared memory: K, V 2 x 32 KiB, Q, dO 2 stages x 2 x 32 KiB, dS^T 8 KiB, the pairs' exchange 8 KiB =
-// 209 KiB (sm_90's 227 KiB per block; A100's 163 KiB would need 32-query tiles).
+// per warp as at d = 128), S^T or dP^T over the whole tile (one slice: 32 registers, each K or V fragment
+// feeding 8 mma; two slices of 32 queries measured 2-5 % slower), dQ in two passes of 64 columns (one pass
+// of 128: 0-3 % slower). Shared memory: K, V 2 x 32 KiB, Q, dO 2 stages x 2 x 32 KiB, dS^T 8 KiB, the
+// pairs' exchange 16 KiB = 217 KiB (sm_90's 227 KiB per block; A100's 163 KiB would need smaller tiles).
+// dkdv 249-251 registers, dq 249-252, 0 spill (ptxas -v, sm_90a).
 #ifndef SY_MMA_BWD_DKDV_TRAITS_D256
-#define SY_MMA_BWD_DKDV_TRAITS_D256 MmaBwdTraits<256, 64, 64, 8, 2, 1, 2, 2>
+#define SY_MMA_BWD_DKDV_TRAITS_D256 MmaBwdTraits<256, 64, 64, 8, 1, 1, 2, 2>
 #endif
 using MmaBwdDkdvTraitsD256 = SY_MMA_BWD_DKDV_TRAITS_D256;
 // d = 256, dq: 128 query rows (8 warps of 16: 256 threads copy 8 rows of 32 chunks per pass, the swizzle's

@@ -164,7 +164,10 @@ def main():
     ap.add_argument("--tests", nargs="*", default=["tests/test_attention_gpu_backward_d256.py"])
     ap.add_argument("--out", default=".")
     ap.add_argument("--variant", action="append", default=[], help="NAME=path/to/prebuilt.so")
+    ap.add_argument("--skip", nargs="*", default=[], help="columns not to time (e.g. math, ours-atomic)")
     args = ap.parse_args()
+    for name in args.skip:
+        NAMES.remove(name)
     logf = open(f"{args.out}/bwd256_device.log", "w")
 
     def log(s):

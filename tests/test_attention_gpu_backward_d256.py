@@ -2,7 +2,7 @@
 kernel_traits.cuh's MmaBwdDkdvTraitsD256: two warps per 16 keys, each owning half of dK's and dV's
 columns), routed by cuda._d256_fused_backward instead of the O(N^2) math backward.
 
-CPU: the routing predicate. GPU (marked `gpu`, sm_90: the kernel needs 209 KiB of shared memory a
+CPU: the routing predicate. GPU (marked `gpu`, sm_90: the kernel needs 217 KiB of shared memory a
 block): gradients against float64 autograd (causal and not, GQA, odd lengths, N = 1, fp16 and bf16, the
 atomic and the deterministic dQ), bit-identical deterministic runs, the kernels the profiler sees, and
 the backward's peak memory (O(N): no N x N matrix).

@@ -52,7 +52,7 @@ HOPPER_HEAD_DIMS = (64, 128, 256)
 BWD_HEAD_DIMS = (64, 128)   # attention_{mma_bwd,bwd}.cu; other head dims (and some masks): _math_backward
 # d = 256 on the mma backward (attention_mma_bwd.cu, two warps per 16 keys: kernel_traits.cuh's
 # MmaBwdDkdvTraitsD256): fp16/bf16, dense or causal (any causal_offset), GQA, deterministic or not, on GPUs
-# that grant a block its 209 KiB of shared memory (sm_90; A100's 163 KiB would need smaller tiles). An
+# that grant a block its 217 KiB of shared memory (sm_90; A100's 163 KiB would need smaller tiles). An
 # attn_mask, dropout, a sliding window (a bounded left side), float32 or another GPU: _math_backward.
 D256_BWD_CAPABILITIES = ((9, 0),)
 
