@@ -13,6 +13,10 @@
 //                grid (query blocks, ...), dQ = dS K over the key blocks in order, no atomics
 //   reduce       dq_accum * scale -> dq (atomic mode); dK, dV summed over a GQA group (Hq != Hkv)
 // with P = exp2(S * scale * log2(e) - LSE * log2(e)) and dS = P o (dP - D).
+// d = 256 (MmaBwdDkdvTraitsD256): a warp's dK and dV over all of d would need 256 accumulator registers,
+// so two warps share each 16 keys and own half the columns each (kColSplits); one computes S^T, the other
+// dP^T, and P^T, dS^T cross through shared memory. Dense and causal only (launch_d256), on GPUs granting
+// a block 217 KiB of shared memory.
 #include <climits>
 
 #include "attention_band.cuh"
@@ -85,12 +89,19 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[kNTiles][4], const uint32_t
     }
 }
 
+// A named barrier of `threads` threads (ids 1..: __syncthreads takes 0), with the memory ordering of bar.sync.
+__device__ __forceinline__ void pair_bar_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- dkdv: the K/V-block outer loop ------------------------------------------------------------------------
 // kDropout: p.dropout_p (attention_dropout.cuh): dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
 template <class Tr, typename T, int kMode, bool kAtomicDq, bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
 dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
-    static_assert(Tr::kBlockN == 16 * Tr::kNWarps, "warp w owns keys 16w .. 16w + 15");
+    static_assert(Tr::kBlockN == 16 * Tr::kKeyWarps, "warp w owns keys 16 (w % kKeyWarps) .. + 15");
+    static_assert(Tr::kBlockM * 2 == 128, "sdS rows are one 128-byte line: 8 chunks, the swizzle's period");
+    static_assert(Tr::kDkdvSmemBytes <= 227 * 1024, "sm_90 gives a block at most 227 KiB of shared memory");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *sK = reinterpret_cast<T *>(smem_raw);                  // [kBlockN][d]
     T *sV = sK + Tr::kBlockN * Tr::kHeadDim;                  // [kBlockN][d]
@@ -99,11 +110,20 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     T *sdS = sdO + Tr::kStages * Tr::kBlockM * Tr::kHeadDim;  // [kBlockN][kBlockM]: dS^T, one 128-byte line per key
     float *sLse = reinterpret_cast<float *>(sdS + Tr::kBlockN * Tr::kBlockM);   // [kStages][kBlockM], log2 units
     float *sD = sLse + Tr::kStages * Tr::kBlockM;                                // [kStages][kBlockM]
+    // d = 256: per key group, P^T and dS^T of a slice as kPairFrags x 32 lanes of 16 bytes (the warp pair's exchange).
+    constexpr int kPairFrags = Tr::kNTilesSlice / 2;
+    uint4 *pair_x = reinterpret_cast<uint4 *>(sD + Tr::kStages * Tr::kBlockM);
+    static_assert(Tr::kColSplits == 1 || (Tr::kColSplits == 2 && !kDropout && kMode != kBandMask),
+                  "the warp-pair split has no dropout or mask path");
     constexpr int kStageBytes = Tr::kBlockM * Tr::kRowBytes;
 
     const int n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int h_kv = h / (p.heads_q / p.heads_kv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // This warp's 16 keys and its columns of dK, dV (d = 256: two warps per keys, kNTilesDkv n8 tiles each).
+    // (Compile-time 0 and warp for one split: a runtime 0 cost d = 128's causal dropout kernel a 16-byte spill.)
+    const int key_warp = Tr::kColSplits == 1 ? warp : warp % Tr::kKeyWarps;
+    const int dkv_col0 = Tr::kColSplits == 1 ? 0 : (warp / Tr::kKeyWarps) * Tr::kNTilesDkv * 8;
     const int n0 = n_block * Tr::kBlockN;
 
     const T *gQ = head_base(static_cast<const T *>(p.q), p.q_strides, b, h);
@@ -149,8 +169,8 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
 
     // Lane addresses (mma_primitives.cuh): K and V as A operands (this warp's 16 keys), Q and dO as
     // B operands of S^T, dP^T (non-transposed) and of dK, dV (transposed), K of dQ (transposed).
-    const uint32_t sK_a = lane_chunk_addr<Tr>(smem_addr(sK), warp * 16 + lane % 16, lane / 16);
-    const uint32_t sV_a = lane_chunk_addr<Tr>(smem_addr(sV), warp * 16 + lane % 16, lane / 16);
+    const uint32_t sK_a = lane_chunk_addr<Tr>(smem_addr(sK), key_warp * 16 + lane % 16, lane / 16);
+    const uint32_t sV_a = lane_chunk_addr<Tr>(smem_addr(sV), key_warp * 16 + lane % 16, lane / 16);
     const uint32_t sQ_b = lane_chunk_addr<Tr>(smem_addr(sQ), lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
     const uint32_t sdO_b = lane_chunk_addr<Tr>(smem_addr(sdO), lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
     const uint32_t sQ_bt = lane_chunk_addr<Tr>(smem_addr(sQ), lane % 16, lane / 16);
@@ -164,11 +184,11 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     const int ds_row = lane % 8 + (lane / 16) * 8;
     const uint32_t sdS_a = smem_addr(sdS) + ds_row * kDsRowBytes + (((dq_row0 / 8 + (lane / 8) % 2) ^ (ds_row % 8)) << 4);
 
-    float dK[Tr::kNTilesD][4], dV[Tr::kNTilesD][4];   // this warp's 16 keys x d
+    float dK[Tr::kNTilesDkv][4], dV[Tr::kNTilesDkv][4];   // this warp's 16 keys x its kNTilesDkv * 8 columns
     zero(dK);
     zero(dV);
     const float scale_log2 = p.scale * kLog2e;
-    const int key_row0 = n0 + warp * 16;   // this lane's keys: key_row0 + Fragment::row(reg, lane)
+    const int key_row0 = n0 + key_warp * 16;   // this lane's keys: key_row0 + Fragment::row(reg, lane)
 
     // One query tile: S^T, P^T, dV, dP^T, dS^T, dK over kSlicesM slices of kSliceM queries (the
     // products over the queries add up slice by slice), then dS^T's dQ contribution.
@@ -183,65 +203,122 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
             const float *sLse_t = sLse + stage * Tr::kBlockM + q0;
             const float *sD_t = sD + stage * Tr::kBlockM + q0;
 
-            // S^T = K Q^T: [16 keys][kSliceM queries] of this warp.
-            float rS[Tr::kNTilesSlice][4];
-            zero(rS);
-            gemm_abt<Tr, T>(rS, sK_a, sQ_b + tile_offset);
             // P^T = exp2(S^T * scale * log2 e - LSE_log2[query]); masked (key, query) pairs give 0. A
             // key row sees the queries of its band (key - query <= hi, and >= lo when local), or none
             // if it is past seqlen_k.
+            auto scores_to_p = [&](float (&rS)[Tr::kNTilesSlice][4]) {
 #pragma unroll
-            for (int nt = 0; nt < Tr::kNTilesSlice; ++nt) {
-                const float2 lse = *reinterpret_cast<const float2 *>(sLse_t + Fragment::col(nt, 0, lane));
+                for (int nt = 0; nt < Tr::kNTilesSlice; ++nt) {
+                    const float2 lse = *reinterpret_cast<const float2 *>(sLse_t + Fragment::col(nt, 0, lane));
 #pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    float s = rS[nt][r];
-                    if constexpr (kMask && kMode == kBandMask) {
-                        s = mask_t.score(s, m0 + q0 + Fragment::col(nt, r % 2, lane), key_row0 + Fragment::row(r, lane));
-                    } else if constexpr (kMask) {
-                        const int key = key_row0 + Fragment::row(r, lane);
-                        const int ahead = key - (m0 + q0 + Fragment::col(nt, r % 2, lane));   // key - query
-                        if (key >= p.seqlen_k || (kMode != kBandNone && ahead > band.hi) ||
-                            (kMode == kBandLocal && ahead < band.lo))
-                            s = -INFINITY;
+                    for (int r = 0; r < 4; ++r) {
+                        float s = rS[nt][r];
+                        if constexpr (kMask && kMode == kBandMask) {
+                            s = mask_t.score(s, m0 + q0 + Fragment::col(nt, r % 2, lane), key_row0 + Fragment::row(r, lane));
+                        } else if constexpr (kMask) {
+                            const int key = key_row0 + Fragment::row(r, lane);
+                            const int ahead = key - (m0 + q0 + Fragment::col(nt, r % 2, lane));   // key - query
+                            if (key >= p.seqlen_k || (kMode != kBandNone && ahead > band.hi) ||
+                                (kMode == kBandLocal && ahead < band.lo))
+                                s = -INFINITY;
+                        }
+                        rS[nt][r] = fast_exp2(s * scale_log2 - (r % 2 ? lse.y : lse.x));
                     }
-                    rS[nt][r] = fast_exp2(s * scale_log2 - (r % 2 ? lse.y : lse.x));
                 }
-            }
-            // Dropout: the slice's keep bits, for P^T (dV) and dP^T (dS).
-            uint4 keep[Tr::kNTilesSlice / 4];
-            if constexpr (kDropout) keep_cols_all(keep, make_dropout(p, b, h), key_row0 + lane / 4, m0 + q0, lane);
-            // dV += P^T dO
-            {
-                uint32_t rP[Tr::kNTilesSlice / 2][4];
-                pack_a<T>(rP, rS);
-                if constexpr (kDropout) dropout_cols_packed(rP, keep);
-                gemm_ab<Tr, T>(dV, rP, sdO_bt + tile_offset);
-            }
-            // dP^T = V dO^T, then dS^T = P^T o (dP^T - D[query]) in place.
-            float rdP[Tr::kNTilesSlice][4];
-            zero(rdP);
-            gemm_abt<Tr, T>(rdP, sV_a, sdO_b + tile_offset);
-            if constexpr (kDropout) dropout_cols_scale(rdP, keep, 1.f / (1.f - p.dropout_p));
+            };
+            uint32_t rdS[Tr::kNTilesSlice / 2][4];   // dS^T as A fragments (dK, and sdS for dQ)
+            if constexpr (Tr::kColSplits == 2) {
+                // d = 256: the two warps of these 16 keys split the slice's score GEMMs (each over all of d):
+                // the first computes S^T -> P^T, the second dP^T -> dS^T from the first's rounded P^T (the
+                // P^T that dV multiplies). P^T and dS^T cross as packed A fragments in shared memory, a
+                // lane's 16 bytes contiguous (conflict-free), behind the pair's 64-thread named barrier.
+                uint4 *xP = pair_x + key_warp * 2 * kPairFrags * 32, *xS = xP + kPairFrags * 32;
+                uint32_t rP[kPairFrags][4];
+                if (warp < Tr::kKeyWarps) {
+                    float rS[Tr::kNTilesSlice][4];
+                    zero(rS);
+                    gemm_abt<Tr, T>(rS, sK_a, sQ_b + tile_offset);
+                    scores_to_p(rS);
+                    pack_a<T>(rP, rS);
 #pragma unroll
-            for (int nt = 0; nt < Tr::kNTilesSlice; ++nt) {
-                const float2 d = *reinterpret_cast<const float2 *>(sD_t + Fragment::col(nt, 0, lane));
+                    for (int kk = 0; kk < kPairFrags; ++kk) xP[kk * 32 + lane] = make_uint4(rP[kk][0], rP[kk][1], rP[kk][2], rP[kk][3]);
+                    pair_bar_sync(1 + key_warp, 64);   // P^T in place
+                    gemm_ab<Tr, T>(dV, rP, sdO_bt + tile_offset, dkv_col0 / 8);
+                    pair_bar_sync(1 + key_warp, 64);   // dS^T in place
 #pragma unroll
-                for (int r = 0; r < 4; ++r) rdP[nt][r] = rS[nt][r] * (rdP[nt][r] - (r % 2 ? d.y : d.x));
+                    for (int kk = 0; kk < kPairFrags; ++kk) {
+                        const uint4 w = xS[kk * 32 + lane];
+                        rdS[kk][0] = w.x, rdS[kk][1] = w.y, rdS[kk][2] = w.z, rdS[kk][3] = w.w;
+                    }
+                } else {
+                    float rdP[Tr::kNTilesSlice][4];
+                    zero(rdP);
+                    gemm_abt<Tr, T>(rdP, sV_a, sdO_b + tile_offset);
+                    pair_bar_sync(1 + key_warp, 64);   // P^T in place
+#pragma unroll
+                    for (int kk = 0; kk < kPairFrags; ++kk) {
+                        const uint4 w = xP[kk * 32 + lane];
+                        rP[kk][0] = w.x, rP[kk][1] = w.y, rP[kk][2] = w.z, rP[kk][3] = w.w;
+                    }
+                    // dS^T = P^T o (dP^T - D): element r of n8 tile nt is half r % 2 of word (nt % 2) * 2 + r / 2
+                    // of fragment nt / 2 (pack_a's order).
+#pragma unroll
+                    for (int nt = 0; nt < Tr::kNTilesSlice; ++nt) {
+                        const float2 d = *reinterpret_cast<const float2 *>(sD_t + Fragment::col(nt, 0, lane));
+#pragma unroll
+                        for (int half = 0; half < 2; ++half) {
+                            const float2 pp = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);
+                            rdP[nt][2 * half] = pp.x * (rdP[nt][2 * half] - d.x);
+                            rdP[nt][2 * half + 1] = pp.y * (rdP[nt][2 * half + 1] - d.y);
+                        }
+                    }
+                    pack_a<T>(rdS, rdP);
+#pragma unroll
+                    for (int kk = 0; kk < kPairFrags; ++kk) xS[kk * 32 + lane] = make_uint4(rdS[kk][0], rdS[kk][1], rdS[kk][2], rdS[kk][3]);
+                    pair_bar_sync(1 + key_warp, 64);   // dS^T in place
+                    gemm_ab<Tr, T>(dV, rP, sdO_bt + tile_offset, dkv_col0 / 8);
+                }
+                gemm_ab<Tr, T>(dK, rdS, sQ_bt + tile_offset, dkv_col0 / 8);
+            } else {
+                // S^T = K Q^T: [16 keys][kSliceM queries] of this warp.
+                float rS[Tr::kNTilesSlice][4];
+                zero(rS);
+                gemm_abt<Tr, T>(rS, sK_a, sQ_b + tile_offset);
+                scores_to_p(rS);
+                // Dropout: the slice's keep bits, for P^T (dV) and dP^T (dS).
+                uint4 keep[Tr::kNTilesSlice / 4];
+                if constexpr (kDropout) keep_cols_all(keep, make_dropout(p, b, h), key_row0 + lane / 4, m0 + q0, lane);
+                // dV += P^T dO
+                {
+                    uint32_t rP[Tr::kNTilesSlice / 2][4];
+                    pack_a<T>(rP, rS);
+                    if constexpr (kDropout) dropout_cols_packed(rP, keep);
+                    gemm_ab<Tr, T>(dV, rP, sdO_bt + tile_offset, dkv_col0 / 8);
+                }
+                // dP^T = V dO^T, then dS^T = P^T o (dP^T - D[query]) in place.
+                float rdP[Tr::kNTilesSlice][4];
+                zero(rdP);
+                gemm_abt<Tr, T>(rdP, sV_a, sdO_b + tile_offset);
+                if constexpr (kDropout) dropout_cols_scale(rdP, keep, 1.f / (1.f - p.dropout_p));
+#pragma unroll
+                for (int nt = 0; nt < Tr::kNTilesSlice; ++nt) {
+                    const float2 d = *reinterpret_cast<const float2 *>(sD_t + Fragment::col(nt, 0, lane));
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) rdP[nt][r] = rS[nt][r] * (rdP[nt][r] - (r % 2 ? d.y : d.x));
+                }
+                pack_a<T>(rdS, rdP);
+                // dK += dS^T Q (scaled once at the end)
+                gemm_ab<Tr, T>(dK, rdS, sQ_bt + tile_offset, dkv_col0 / 8);
             }
-            uint32_t rdS[Tr::kNTilesSlice / 2][4];
-            pack_a<T>(rdS, rdP);
-            // dK += dS^T Q (scaled once at the end)
-            gemm_ab<Tr, T>(dK, rdS, sQ_bt + tile_offset);
 
-            if constexpr (kAtomicDq) {
+            if (kAtomicDq && (Tr::kColSplits == 1 || warp >= Tr::kKeyWarps)) {   // the warp that made dS^T
                 // dS^T to shared memory: fragment (key g, queries 2t, 2t+1 of chunk 2kk (+1)) as one
                 // word. A warp's 32 words hit 32 banks: 8 rows x (chunk ^ row) x 4 words.
 #pragma unroll
                 for (int kk = 0; kk < Tr::kNTilesSlice / 2; ++kk)
 #pragma unroll
                     for (int reg = 0; reg < 4; ++reg) {
-                        const int row = warp * 16 + Fragment::row(reg % 2 * 2, lane), chunk = q0 / 8 + 2 * kk + reg / 2;
+                        const int row = key_warp * 16 + Fragment::row(reg % 2 * 2, lane), chunk = q0 / 8 + 2 * kk + reg / 2;
                         const int offset = row * kDsRowBytes + ((chunk ^ (row % 8)) << 4) + (lane % 4) * 4;
                         *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(sdS) + offset) = rdS[kk][reg];
                     }
@@ -255,11 +332,15 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
             uint32_t rdSq[Tr::kKStepsN][4];
 #pragma unroll
             for (int kk = 0; kk < Tr::kKStepsN; ++kk) ldmatrix_x4_trans(rdSq[kk], sdS_a + kk * 16 * kDsRowBytes);
-            float dQ[Tr::kNTilesDq][4];
-            zero(dQ);
-            gemm_ab<Tr, T>(dQ, rdSq, sK_bt, dq_col0 / 8);
-            atomic_add_rows(p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim + dq_col0, Tr::kHeadDim,
-                            m0 + dq_row0, p.seqlen_q, dQ, lane);
+#pragma unroll 1   // one pass's dQ registers at a time (d = 256: beside dK and dV's 128)
+            for (int pass = 0; pass < Tr::kDqPasses; ++pass) {
+                const int col0 = dq_col0 + pass * Tr::kNTilesDq * 8;
+                float dQ[Tr::kNTilesDq][4];
+                zero(dQ);
+                gemm_ab<Tr, T>(dQ, rdSq, sK_bt, col0 / 8);
+                atomic_add_rows(p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim + col0, Tr::kHeadDim,
+                                m0 + dq_row0, p.seqlen_q, dQ, lane);
+            }
         }
     };
 
@@ -285,12 +366,12 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     // dK carries the softmax scale (S = scale * Q K^T); dV does not (dropout: 1 / (1 - p), which P o Z left out).
     const float dv_scale = kDropout ? 1.f / (1.f - p.dropout_p) : 1.f;
     if (p.heads_q == p.heads_kv) {
-        store_rows<T>(head_base(static_cast<T *>(p.dk), p.dk_strides, b, h), p.dk_strides[2], key_row0, p.seqlen_k,
-                          dK, p.scale, lane);
-        store_rows<T>(head_base(static_cast<T *>(p.dv), p.dv_strides, b, h), p.dv_strides[2], key_row0, p.seqlen_k,
-                          dV, dv_scale, lane);
+        store_rows<T>(head_base(static_cast<T *>(p.dk), p.dk_strides, b, h) + dkv_col0, p.dk_strides[2], key_row0,
+                      p.seqlen_k, dK, p.scale, lane);
+        store_rows<T>(head_base(static_cast<T *>(p.dv), p.dv_strides, b, h) + dkv_col0, p.dv_strides[2], key_row0,
+                      p.seqlen_k, dV, dv_scale, lane);
     } else {
-        const int64_t head = bwd_row_index(p, b, h, 0, p.seqlen_k) * Tr::kHeadDim;
+        const int64_t head = bwd_row_index(p, b, h, 0, p.seqlen_k) * Tr::kHeadDim + dkv_col0;
         store_rows<float>(p.dk_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dK, p.scale, lane);
         store_rows<float>(p.dv_accum + head, Tr::kHeadDim, key_row0, p.seqlen_k, dV, dv_scale, lane);
     }
@@ -303,6 +384,7 @@ template <class Tr, typename T, int kMode, bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
 dq_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
     static_assert(Tr::kBlockM == 16 * Tr::kNWarps, "warp w owns query rows 16w .. 16w + 15");
+    static_assert(Tr::kDqSmemBytes <= 227 * 1024, "sm_90 gives a block at most 227 KiB of shared memory");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *sQ = reinterpret_cast<T *>(smem_raw);                  // [kBlockM][d]
     T *sdO = sQ + Tr::kBlockM * Tr::kHeadDim;                 // [kBlockM][d]
@@ -454,12 +536,31 @@ int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t s
                                : launch<Tr, TrDq, T, kBandNone>(p, rows_per_head, band, stream);
 }
 
+// d = 256: dense, causal or a moved diagonal (causal_offset); no mask, dropout or window (not instantiated).
+template <class Tr, class TrDq, typename T>
+int launch_d256(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
+    int mode;
+    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right,
+                                p.seqlen_q, p.seqlen_k, &mode);
+    if (p.mask_lists || p.dropout_p > 0.f || mode == kBandLocal) return kUnsupported;
+    // 217 KiB of shared memory a block: a GPU that grants less (A100: 163 KiB) is refused before any launch.
+    int device = 0, optin = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+        optin < Tr::kDkdvSmemBytes || optin < TrDq::kDqSmemBytes)
+        return kUnsupported;
+    return mode == kBandCausal ? launch<Tr, TrDq, T, kBandCausal>(p, rows_per_head, band, stream)
+                               : launch<Tr, TrDq, T, kBandNone>(p, rows_per_head, band, stream);
+}
+
 template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     const int rows_per_head = ceil_div(p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) * SY_ATTN_BWD_ROW_ALIGN;
     static_assert(SY_ATTN_BWD_ROW_ALIGN % MmaBwdDkdvTraitsD64::kBlockM == 0 && SY_ATTN_BWD_ROW_ALIGN % MmaBwdDkdvTraitsD128::kBlockM == 0 &&
-                  SY_ATTN_BWD_ROW_ALIGN % MmaBwdDqTraitsD64::kBlockM == 0 && SY_ATTN_BWD_ROW_ALIGN % MmaBwdDqTraitsD128::kBlockM == 0,
+                  SY_ATTN_BWD_ROW_ALIGN % MmaBwdDqTraitsD64::kBlockM == 0 && SY_ATTN_BWD_ROW_ALIGN % MmaBwdDqTraitsD128::kBlockM == 0 &&
+                  SY_ATTN_BWD_ROW_ALIGN % MmaBwdDkdvTraitsD256::kBlockM == 0 && SY_ATTN_BWD_ROW_ALIGN % MmaBwdDqTraitsD256::kBlockM == 0,
                   "the padded LSE and D rows cover whole query tiles");
+    if (p.head_dim == 256) return launch_d256<MmaBwdDkdvTraitsD256, MmaBwdDqTraitsD256, T>(p, rows_per_head, stream);
     return p.head_dim == 64 ? launch_causal<MmaBwdDkdvTraitsD64, MmaBwdDqTraitsD64, T>(p, rows_per_head, stream)
                             : launch_causal<MmaBwdDkdvTraitsD128, MmaBwdDqTraitsD128, T>(p, rows_per_head, stream);
 }
@@ -480,7 +581,7 @@ extern "C" int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream) {
     int status = check_bwd_params(params);
     if (status != kOk) return status;
     const sy_attn_bwd_params &p = *params;
-    if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
+    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || p.cu_seqlens_q || p.cu_seqlens_k) return kUnsupported;   // varlen: hopper only
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band

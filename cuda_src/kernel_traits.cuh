@@ -167,7 +167,11 @@ struct BwdTraits {
 // row blocks x kDqColSplits column ranges, each added to dq_accum with fp32 atomics.
 // dq (deterministic mode): a block owns kBlockM = 16 x kNWarps query rows and walks the keys kBlockN at
 // a time, all in registers.
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kSlicesM_, int kMinBlocksPerSm_>
+// d = 256 (kColSplits = 2): a warp's dK and dV over all of d would be 256 registers, so kColSplits warps
+// share each 16 keys, warp w owning columns (w / kKeyWarps) * kHeadDim / kColSplits.. of dK and dV; of the
+// pair, one computes the keys' S^T, the other dP^T, and they swap P^T and dS^T through shared memory.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kSlicesM_, int kMinBlocksPerSm_,
+          int kColSplits_ = 1, int kDqPasses_ = 1>
 struct MmaBwdTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kBlockM = kBlockM_;    // query rows per step (dkdv) or per block (dq)
@@ -182,14 +186,20 @@ struct MmaBwdTraits {
     static constexpr int kSliceM = kBlockM / kSlicesM;
     static constexpr int kNTilesSlice = kSliceM / 8;   // n8 tiles over a slice's queries (S^T, dP^T)
     static constexpr int kNTilesN = kBlockN / 8;       // n8 tiles over the keys (S, dP in dq)
-    static constexpr int kNTilesD = kHeadDim / 8;      // n8 tiles over d (dK, dV, dQ)
+    static constexpr int kNTilesD = kHeadDim / 8;      // n8 tiles over d (dQ in dq)
+    // dkdv: warps per key group, warps per column split; a warp's n8 tiles of dK and of dV.
+    static constexpr int kColSplits = kColSplits_;
+    static constexpr int kKeyWarps = kNWarps / kColSplits;
+    static constexpr int kNTilesDkv = kHeadDim / kColSplits / 8;
     static constexpr int kKStepsD = kHeadDim / 16;     // k16 steps over d (S, dP)
     static constexpr int kKStepsN = kBlockN / 16;      // k16 steps over the keys (dQ)
     // dkdv's dQ warp layout: m16 row blocks of the query tile x column ranges of d.
     static constexpr int kDqRowBlocks = kBlockM / 16;
     static constexpr int kDqColSplits = kNWarps / kDqRowBlocks > 0 ? kNWarps / kDqRowBlocks : 1;
     static constexpr int kDqCols = kHeadDim / kDqColSplits;
-    static constexpr int kNTilesDq = kDqCols / 8;
+    // A warp's dQ columns go in kDqPasses passes (d = 256: 2 x 32 registers beside dK and dV's 128).
+    static constexpr int kDqPasses = kDqPasses_;
+    static constexpr int kNTilesDq = kDqCols / kDqPasses / 8;
 
     // Tiles are swizzled as the forward's (MmaTraits): 16-byte chunks XOR row % 8.
     static constexpr int kChunks = kHeadDim / 8;
@@ -199,18 +209,21 @@ struct MmaBwdTraits {
 
     // dkdv: sK, sV [kBlockN][d] for the whole block; sQ, sdO [kStages][kBlockM][d]; sdS [kBlockN][kBlockM];
     // the log2-scaled LSE and D of the kStages query tiles.
+    // (kColSplits = 2: the warp pairs' exchange of P^T and dS^T, 2 x 16 x kSliceM x 2 bytes per key group.)
     static constexpr int kDkdvSmemBytes = 2 * (2 * kBlockN * kHeadDim + 2 * kStages * kBlockM * kHeadDim + kBlockN * kBlockM)
-                                          + 2 * kStages * kBlockM * 4;
+                                          + 2 * kStages * kBlockM * 4 + (kColSplits > 1 ? kKeyWarps * 2 * 16 * kSliceM * 2 : 0);
     // dq: sQ, sdO [kBlockM][d]; sK, sV [kStages][kBlockN][d].
     static constexpr int kDqSmemBytes = 2 * (2 * kBlockM * kHeadDim + 2 * kStages * kBlockN * kHeadDim);
 
-    static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 are instantiated");
+    static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dims 64, 128 and 256 are instantiated");
     static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0 && kSliceM % 16 == 0, "whole m16 / k16 blocks");
-    static_assert(kDqRowBlocks * kDqColSplits == kNWarps && kNTilesDq % 2 == 0, "dQ: every warp one m16 x (16k) piece");
-    static_assert(kBlockM * 2 == 128, "sdS rows are one 128-byte line: 8 chunks, the swizzle's period");
+    static_assert(kDqRowBlocks * kDqColSplits == kNWarps && kNTilesDq % 2 == 0 && kDqCols % (8 * kDqPasses) == 0,
+                  "dQ: every warp one m16 x (16k) piece");
+    static_assert(kNWarps % kColSplits == 0 && kNTilesDkv % 2 == 0, "whole warps per column split");
     static_assert((kNThreads / kChunks) % kSwizzleRows == 0 && kBlockM % (kNThreads / kChunks) == 0 &&
                   kBlockN % (kNThreads / kChunks) == 0, "load_tile_async: whole passes of rows that share row % 8");
-    static_assert(kDkdvSmemBytes <= 227 * 1024 && kDqSmemBytes <= 227 * 1024, "227 KiB of shared memory per block");
+    // The shared-memory budgets (227 KiB a block) and dS^T's row of one 128-byte line are asserted by the
+    // kernel that uses the traits: d = 256's dq tiles would not fit dkdv's layout, nor the reverse.
 };
 
 // dkdv: 128 keys per block (8 warps of 16) x query tiles of 64. A warp cannot own a second m16 block
@@ -231,5 +244,18 @@ using MmaBwdDkdvTraitsD128 = SY_MMA_BWD_DKDV_TRAITS_D128;
 // dq: 64 query rows (4 warps of 16) x key tiles of 64: S and dP 32 registers each, dQ 64 at d = 128.
 using MmaBwdDqTraitsD64 = MmaBwdTraits<64, 64, 64, 4, 1, 2>;
 using MmaBwdDqTraitsD128 = MmaBwdTraits<128, 64, 64, 4, 1, 2>;
+// d = 256, dkdv: 64 keys x query tiles of 64 on 8 warps, two per 16 keys (kColSplits: dK, dV 128 registers
+// per warp as at d = 128), S^T or dP^T over the whole tile (one slice: 32 registers, each K or V fragment
+// feeding 8 mma; two slices of 32 queries measured 2-5 % slower), dQ in two passes of 64 columns (one pass
+// of 128: 0-3 % slower). Shared memory: K, V 2 x 32 KiB, Q, dO 2 stages x 2 x 32 KiB, dS^T 8 KiB, the
+// pairs' exchange 16 KiB = 217 KiB (sm_90's 227 KiB per block; A100's 163 KiB would need smaller tiles).
+// dkdv 249-251 registers, dq 249-252, 0 spill (ptxas -v, sm_90a).
+#ifndef SY_MMA_BWD_DKDV_TRAITS_D256
+#define SY_MMA_BWD_DKDV_TRAITS_D256 MmaBwdTraits<256, 64, 64, 8, 1, 1, 2, 2>
+#endif
+using MmaBwdDkdvTraitsD256 = SY_MMA_BWD_DKDV_TRAITS_D256;
+// d = 256, dq: 128 query rows (8 warps of 16: 256 threads copy 8 rows of 32 chunks per pass, the swizzle's
+// period) x key tiles of 32: dQ 128 registers, S and dP 16 each. 128 + 64 KiB of shared memory.
+using MmaBwdDqTraitsD256 = MmaBwdTraits<256, 128, 32, 8, 1, 1>;
 
 }  // namespace sy_attn

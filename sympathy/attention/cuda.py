@@ -17,7 +17,8 @@ forward and backward; naive takes it as a mask.
 Backward (d = 64 or 128, no mask): FlashAttention-2's algorithm on tensor cores for fp16/bf16, with
 wgmma and TMA after a `hopper` forward (cuda_src/attention_hopper_bwd.cu, FlashAttention-3 class) and
 mma.sync otherwise or when deterministic in fp16 at d = 64 (cuda_src/attention_mma_bwd.cu); fp32 math on CUDA cores for
-float32 (cuda_src/attention_bwd.cu); other calls take a torch-math backward.
+float32 (cuda_src/attention_bwd.cu); d = 256 (fp16/bf16, no mask, dropout or window, sm_90) on the mma.sync
+backward; other calls take a torch-math backward.
 
 The kernels are compiled by nvcc on first use, cached and loaded by cuda_build.py (one shared library
 per GPU architecture); its names are importable from here too (cuda.build, cuda.library, ...). Launches
@@ -49,6 +50,18 @@ TILED_HEAD_DIMS = (16, 32, 64, 128)
 MMA_HEAD_DIMS = (64, 128)
 HOPPER_HEAD_DIMS = (64, 128, 256)
 BWD_HEAD_DIMS = (64, 128)   # attention_{mma_bwd,bwd}.cu; other head dims (and some masks): _math_backward
+# d = 256 on the mma backward (attention_mma_bwd.cu, two warps per 16 keys: kernel_traits.cuh's
+# MmaBwdDkdvTraitsD256): fp16/bf16, dense or causal (any causal_offset), GQA, deterministic or not, on GPUs
+# that grant a block its 217 KiB of shared memory (sm_90; A100's 163 KiB would need smaller tiles). An
+# attn_mask, dropout, a sliding window (a bounded left side), float32 or another GPU: _math_backward.
+D256_BWD_CAPABILITIES = ((9, 0),)
+
+
+def _d256_fused_backward(dtype, capability, attn_mask, window, dropout) -> bool:
+    """A d = 256 backward runs fused (attention_mma_bwd.cu) rather than on _math_backward."""
+    torch = _torch()
+    return dtype in (torch.float16, torch.bfloat16) and tuple(capability) in D256_BWD_CAPABILITIES \
+        and attn_mask is None and dropout is None and window[0] < 0
 # The tensor-core backward's separate dQ pass (the deterministic mode: no atomics, S and dP computed
 # twice) measured 7-17 % faster than the atomic dq_accum at N = 1024 and 0-5 % slower at N = 4096
 # (H100, bf16, docs/attention-gpu.md): key sequences up to this length take it whatever
@@ -284,7 +297,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
     math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the mma
-    backward after either forward (mask_tiles.py); _math_backward for other masks and head dims, and for a
+    backward after either forward (mask_tiles.py); d = 256 on the mma backward where _d256_fused_backward
+    says; _math_backward for other masks and head dims, and for a
     band (causal_offset, window: as _launch) in float32."""
     torch = _torch()
     B, Hq, Nq, d = q.shape
@@ -295,7 +309,10 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     mask_tiles = attn_mask is not None and dropout is None and q.dtype in (torch.float16, torch.bfloat16) \
         and tile_shape("mma", d, True) and not band and not deterministic \
         and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE)
-    if (attn_mask is not None and not mask_tiles) or d not in BWD_HEAD_DIMS or (band and q.dtype == torch.float32):
+    d256 = d == 256 and q.device.type == "cuda" and _d256_fused_backward(
+        q.dtype, torch.cuda.get_device_capability(q.device), attn_mask, window, dropout)
+    if (attn_mask is not None and not mask_tiles) or (d not in BWD_HEAD_DIMS and not d256) \
+            or (band and q.dtype == torch.float32):
         if dropout is not None:   # dropout.dropout_reason keeps such calls off the fused dropout
             raise NotImplementedError("the torch-math backward has no dropout")
         return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale, causal_offset=causal_offset,
@@ -315,7 +332,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     # its key blocks add each query tile in a fixed order. fp16 at d = 64 takes the mma backward's pass,
     # a masked call the mma backward's mask lists, and dropout at d = 64 or deterministic the mma backward
     # (the hopper backward's dropout keeps the dQ atomics: attention_hopper_bwd.cu says why).
-    hopper = tensor_cores and kernel == "hopper" and attn_mask is None \
+    hopper = tensor_cores and kernel == "hopper" and attn_mask is None and not d256 \
         and (not deterministic or q.dtype == torch.bfloat16 or d == 128) \
         and not (dropout is not None and (d == 64 or deterministic))
     if tensor_cores:
@@ -513,8 +530,9 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     tile's dQ from its key blocks in a fixed order; otherwise the mma backward computes dQ in a separate
     pass without atomics (within 5 % of its atomic time); None (the default) follows
     torch.use_deterministic_algorithms. A masked call's backward runs tile by tile on the mma backward
-    (fp16/bf16, d 64/128, atomic dQ); deterministic masked calls, other masks and head dims other than 64
-    and 128 take a torch-math backward (same algorithm, materialises P).
+    (fp16/bf16, d 64/128, atomic dQ); d = 256 runs on the mma backward (fp16/bf16 on sm_90, dense or
+    causal, no mask, dropout or sliding window); deterministic masked calls, other masks and head dims,
+    and d = 256 otherwise take a torch-math backward (same algorithm, materialises P).
 
     The band (band.py), keyword-only, ours: window=(left, right) is sliding-window attention as
     flash-attn's window_size (-1: unbounded side; with is_causal the right side is 0), and
