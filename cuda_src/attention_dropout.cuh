@@ -97,18 +97,24 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select
 }
 
 // ---- rows = queries (the forwards' S, the mma dQ pass) ----------------------------------------------------
-// Keep bits of a thread's scores in row `row` (its first: l/4 of a 16-row block; the second is +8) over
-// the 32 keys from col0 (a multiple of 32): word nt (n8 tile nt of the span) holds byte r for
-// fragment register r of that tile (rows r / 2, columns r % 2), as keep_bits.
-__device__ __forceinline__ uint4 keep_rows(const Dropout &d, int row, int col0, int lane) {
-    const int e = (lane >> 2) & 1;   // row % 2: which half of the group this lane keeps, and which span it makes
-    const uint4 w = dropout_group(d, row_group_of(row), (col0 / 16 + e) * 4 + lane % 4);
+// keep_rows: keep bits of a thread's scores in row `row` (its first: l/4 of a 16-row block; the second is
+// +8) over the 32 keys from col0 (a multiple of 32): word nt (n8 tile nt of the span) holds byte r for
+// fragment register r of that tile (rows r / 2, columns r % 2), as keep_bits. keep_rows_at: the same
+// with the lane's groups given (row_group_of(row), (col0 / 16 + e) * 4 + lane % 4) and e = (lane >> 2) & 1,
+// for a caller that steps them itself (the hopper forward's generators, hopper_fwd_dropout.cuh).
+__device__ __forceinline__ uint4 keep_rows_at(const Dropout &d, uint32_t row_group, uint32_t col_group, int e) {
+    const uint4 w = dropout_group(d, row_group, col_group);
     const uint32_t keep0 = e ? w.z : w.x, keep1 = e ? w.w : w.y;
     const uint32_t got0 = __shfl_xor_sync(0xffffffffu, e ? w.x : w.z, 4);
     const uint32_t got1 = __shfl_xor_sync(0xffffffffu, e ? w.y : w.w, 4);
     const uint4 span = e ? make_uint4(got0, got1, keep0, keep1) : make_uint4(keep0, keep1, got0, got1);
     return make_uint4(keep_bits(span.x, d.threshold4), keep_bits(span.y, d.threshold4), keep_bits(span.z, d.threshold4),
                       keep_bits(span.w, d.threshold4));
+}
+
+__device__ __forceinline__ uint4 keep_rows(const Dropout &d, int row, int col0, int lane) {
+    const int e = (lane >> 2) & 1;   // row % 2: which half of the group this lane keeps, and which span it makes
+    return keep_rows_at(d, row_group_of(row), (col0 / 16 + e) * 4 + lane % 4, e);
 }
 
 // Keep bits of the keys col0 .. col0 + 32 * kSpans - 1 for row `row`: kSpans keep_rows words.

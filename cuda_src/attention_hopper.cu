@@ -21,6 +21,7 @@
 // it answers SY_EUNSUPPORTED unless the device is sm_90 and the loaded kernel was built for it.
 #include "hopper_fwd_pipeline.cuh"   // mode flags, tile order, shared memory, TileWork, the producer
 #include "attention_dropout.cuh"     // dropout: Philox keep-masks on P's fragments
+#include "hopper_fwd_dropout.cuh"    // dropout: the bits drawn by the producer warpgroup into a ring
 #include "mma_primitives.cuh"      // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
 #include "softmax.cuh"
 
@@ -231,17 +232,15 @@ struct Consumer {
         }
     }
 
-    // Dropout (attention_dropout.cuh) in two parts. draw: the keep bits of key block `block` (absolute) of
-    // tile w, made while the previous block's P V runs on the tensor cores (Philox is integer multiplies,
-    // off the wgmma's path) where registers allow: d = 64 (three consumers at 160 registers) draws after the
-    // wait (ptxas -v: drawing early spilled 8-12 bytes there; drawing late, 4 not causal and none causal).
-    // drop: P's dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are those of the
-    // undropped P, as torch's).
-    static constexpr bool kDrawEarly = Tr::kConsumerWGs == 2;
+    // Dropout in two parts. draw: the keep bits of key block `block` (absolute) of tile w, four 16-byte loads
+    // from the ring the producer warpgroup fills (hopper_fwd_dropout.cuh: Philox runs there, off the
+    // consumers' path). Loaded after the wait for the previous P V (kDrawEarly false): held across that
+    // wait, the 16 registers spilled 12-36 bytes (d = 128 at 232 registers, d = 64 at 160). drop: P's
+    // dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are the undropped P's, as torch's).
+    static constexpr bool kDrawEarly = false;
     uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
-    __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
-        if constexpr (kDropout)
-            keep_rows_all(keep, make_dropout(p, w.b, w.h), row0 + thread_row, block * Tr::kBlockN, threadIdx.x % 32);
+    __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &) {
+        if constexpr (kDropout) DropRing<Tr>(sm).load(keep, w.kv0 + block - w.first_block, wg);
     }
     __device__ __forceinline__ void draw_early(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDrawEarly) draw(w, block, p);
@@ -420,13 +419,14 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             mbar_init(smem_addr(&bar.k_empty[s]), 128 * Tr::kConsumerWGs);
             mbar_init(smem_addr(&bar.v_empty[s]), 128 * Tr::kConsumerWGs);
         }
+        if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).init(p);
         // Make the initialised barriers visible to the copy engine (the async proxy) too.
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
     if (warpgroup == 0) {
-        regs_dec<Tr::kProducerRegs>();
+        regs_dec<(kMode & kDropoutFlag) != 0 ? DropRing<Tr>::kProducerRegs : Tr::kProducerRegs>();
         if (threadIdx.x == 0) {
             tma_prefetch_map(&tm_q);
             tma_prefetch_map(&tm_k);
@@ -448,6 +448,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 }
                 mbar_wait(smem_addr(&bar.q_empty[buf]), ((tile_iter / Tr::kQBuffers) & 1) ^ 1);
                 bar.tile[buf] = t;
+                if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).post_tile(tile_iter, t);
                 if (t >= sched.n_tiles) {
                     mbar_arrive(smem_addr(&bar.q_full[buf]));   // completes the phase with no bytes: "stop"
                     break;
@@ -462,9 +463,11 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                     produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, 0, 0, w.b);
                 t = sched.next(p.tile_counter);
             }
+        } else if (threadIdx.x >= 32) {
+            if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).template generate<kMode>(sched, p, band);
         }
     } else {
-        regs_inc<Tr::kConsumerRegs>();
+        regs_inc<(kMode & kDropoutFlag) != 0 ? DropRing<Tr>::kConsumerRegs : Tr::kConsumerRegs>();
         Consumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
         // The tile of iteration i, once its Q has landed (n_tiles or more: none).
         auto wait_tile = [&](int tile_iter) {
@@ -497,6 +500,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 template <class Tr, typename T, int kMode>
 int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     auto kernel = hopper_fwd_kernel<Tr, T, kMode>;
+    constexpr int kSmemBytes = Tr::kSmemBytes + drop_ring_bytes<Tr, kMode>();
     // The kernel body exists only in an sm_90a build: a library built for another arch has none.
     cudaFuncAttributes attrs;
     cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
@@ -525,7 +529,7 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     if (n_tiles > INT32_MAX) return kInvalid;
     sched.n_tiles = static_cast<int>(n_tiles);
 
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (err != cudaSuccess) return static_cast<int>(err);
     // Persistent: one resident block per SM (shared memory and registers allow no second), the
     // counter zeroed on the stream. Otherwise a block per tile and no counter: the kernel must not
@@ -538,7 +542,7 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     } else {
         kp.tile_counter = nullptr;
     }
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, kp, sched, band);
+    kernel<<<grid, Tr::kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v, kp, sched, band);
     return launch_status();
 }
 
@@ -577,7 +581,8 @@ template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
     if (p.dropout_p > 0.f) {
         if (p.cu_seqlens_q || (p.head_dim != 64 && p.head_dim != 128)) return kUnsupported;
-        return p.head_dim == 64 ? launch_dropout<HopperTraitsD64, T>(p, stream) : launch_dropout<HopperTraitsD128, T>(p, stream);
+        return p.head_dim == 64 ? launch_dropout<HopperTraitsD64Dropout, T>(p, stream)
+                                : launch_dropout<HopperTraitsD128, T>(p, stream);
     }
     if (p.cu_seqlens_q) {
         if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T, kVarlenFlag>(p, stream);
