@@ -426,7 +426,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
     __syncthreads();
 
     if (warpgroup == 0) {
-        regs_dec<(kMode & kDropoutFlag) != 0 ? DropRing<Tr>::kProducerRegs : Tr::kProducerRegs>();
+        regs_dec<producer_regs<Tr, kMode>()>();
         if (threadIdx.x == 0) {
             tma_prefetch_map(&tm_q);
             tma_prefetch_map(&tm_k);
@@ -467,7 +467,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).template generate<kMode>(sched, p, band);
         }
     } else {
-        regs_inc<(kMode & kDropoutFlag) != 0 ? DropRing<Tr>::kConsumerRegs : Tr::kConsumerRegs>();
+        regs_inc<consumer_regs<Tr, kMode>()>();
         Consumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
         // The tile of iteration i, once its Q has landed (n_tiles or more: none).
         auto wait_tile = [&](int tile_iter) {

@@ -169,11 +169,22 @@ struct DropRing {
 // frees 64 KiB for the ring's 24 KiB slots (with 4 stages one slot fits: the generators could not run ahead).
 using HopperTraitsD64Dropout = HopperTraits<64, SY_HOPPER_D64_BLOCK_N, 2, SY_HOPPER_D64_CONSUMERS, SY_HOPPER_D64_Q_IN_REGISTERS>;
 
-// The launch's extra shared memory: the ring with dropout, none without.
+// The launch's extra shared memory (the ring with dropout, none without) and the setmaxnreg split; without
+// dropout DropRing<Tr> is never instantiated (its traits may leave no room for it).
 template <class Tr, int kMode>
-constexpr int drop_ring_bytes() {
+__host__ __device__ constexpr int drop_ring_bytes() {
     if constexpr ((kMode & kDropoutFlag) != 0) return DropRing<Tr>::kBytes;
     else return 0;
+}
+template <class Tr, int kMode>
+__host__ __device__ constexpr int producer_regs() {
+    if constexpr ((kMode & kDropoutFlag) != 0) return DropRing<Tr>::kProducerRegs;
+    else return Tr::kProducerRegs;
+}
+template <class Tr, int kMode>
+__host__ __device__ constexpr int consumer_regs() {
+    if constexpr ((kMode & kDropoutFlag) != 0) return DropRing<Tr>::kConsumerRegs;
+    else return Tr::kConsumerRegs;
 }
 
 }  // namespace
