@@ -49,6 +49,53 @@ __host__ __device__ __forceinline__ uint4 philox4x32_10(uint4 c, uint32_t k0, ui
     return c;
 }
 
+// Philox4x32-10 as above, bit for bit, with the ten rounds' keys precomputed (k0 + r * 0x9E3779B9, k1 + r *
+// 0xBB67AE85: RoundKeys) and the 32 x 32 -> 64-bit products as mul.wide: with the keys in the kernel's
+// parameters (uniform) every round is two IMAD.WIDE.U32 and two LOP3 with a constant-bank or uniform key
+// operand, 40 instructions a call; the version above, keys derived in registers, compiles to IMAD.HI + IMAD
+// pairs and 18 key additions (~80 instructions), or holds 18 round keys in registers.
+struct RoundKeys {
+    uint32_t k0[10], k1[10];
+};
+
+__host__ __device__ inline RoundKeys round_keys(uint64_t seed) {
+    RoundKeys r;
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int i = 0; i < 10; ++i, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u) {
+        r.k0[i] = k0;
+        r.k1[i] = k1;
+    }
+    return r;
+}
+
+__device__ __forceinline__ uint4 philox4x32_10_keys(uint4 c, const RoundKeys &k) {
+#pragma unroll
+    for (int round = 0; round < 10; ++round) {
+        uint64_t p0, p1;
+        asm("mul.wide.u32 %0, %1, %2;" : "=l"(p0) : "r"(c.x), "r"(0xD2511F53u));
+        asm("mul.wide.u32 %0, %1, %2;" : "=l"(p1) : "r"(c.z), "r"(0xCD9E8D57u));
+        c = make_uint4(static_cast<uint32_t>(p1 >> 32) ^ c.y ^ k.k0[round], static_cast<uint32_t>(p1),
+                       static_cast<uint32_t>(p0 >> 32) ^ c.w ^ k.k1[round], static_cast<uint32_t>(p0));
+    }
+    return c;
+}
+
+// Two counters at once, round by round (two independent chains of dependent multiply-xor rounds in flight).
+__device__ __forceinline__ void philox4x32_10_keys2(uint4 &a, uint4 &b, const RoundKeys &k) {
+#pragma unroll
+    for (int round = 0; round < 10; ++round) {
+        uint64_t a0, a1, b0, b1;
+        asm("mul.wide.u32 %0, %1, %2;" : "=l"(a0) : "r"(a.x), "r"(0xD2511F53u));
+        asm("mul.wide.u32 %0, %1, %2;" : "=l"(b0) : "r"(b.x), "r"(0xD2511F53u));
+        asm("mul.wide.u32 %0, %1, %2;" : "=l"(a1) : "r"(a.z), "r"(0xCD9E8D57u));
+        asm("mul.wide.u32 %0, %1, %2;" : "=l"(b1) : "r"(b.z), "r"(0xCD9E8D57u));
+        a = make_uint4(static_cast<uint32_t>(a1 >> 32) ^ a.y ^ k.k0[round], static_cast<uint32_t>(a1),
+                       static_cast<uint32_t>(a0 >> 32) ^ a.w ^ k.k1[round], static_cast<uint32_t>(a0));
+        b = make_uint4(static_cast<uint32_t>(b1 >> 32) ^ b.y ^ k.k0[round], static_cast<uint32_t>(b1),
+                       static_cast<uint32_t>(b0 >> 32) ^ b.w ^ k.k1[round], static_cast<uint32_t>(b0));
+    }
+}
+
 // The launch's dropout: key, the head's counter base, the byte threshold in all four bytes, 1 / (1 - p).
 struct Dropout {
     uint32_t k0, k1, ctr0, ctr1, threshold4;
@@ -104,6 +151,18 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select
 // for a caller that steps them itself (the hopper forward's generators, hopper_fwd_dropout.cuh).
 __device__ __forceinline__ uint4 keep_rows_at(const Dropout &d, uint32_t row_group, uint32_t col_group, int e) {
     const uint4 w = dropout_group(d, row_group, col_group);
+    const uint32_t keep0 = e ? w.z : w.x, keep1 = e ? w.w : w.y;
+    const uint32_t got0 = __shfl_xor_sync(0xffffffffu, e ? w.x : w.z, 4);
+    const uint32_t got1 = __shfl_xor_sync(0xffffffffu, e ? w.y : w.w, 4);
+    const uint4 span = e ? make_uint4(got0, got1, keep0, keep1) : make_uint4(keep0, keep1, got0, got1);
+    return make_uint4(keep_bits(span.x, d.threshold4), keep_bits(span.y, d.threshold4), keep_bits(span.z, d.threshold4),
+                      keep_bits(span.w, d.threshold4));
+}
+
+// keep_rows with the launch's round keys given (philox4x32_10_keys): the same bits, fewer instructions.
+__device__ __forceinline__ uint4 keep_rows(const Dropout &d, const RoundKeys &k, int row, int col0, int lane) {
+    const int e = (lane >> 2) & 1;
+    const uint4 w = philox4x32_10_keys(make_uint4(d.ctr0, d.ctr1, row_group_of(row), (col0 / 16 + e) * 4 + lane % 4), k);
     const uint32_t keep0 = e ? w.z : w.x, keep1 = e ? w.w : w.y;
     const uint32_t got0 = __shfl_xor_sync(0xffffffffu, e ? w.x : w.z, 4);
     const uint32_t got1 = __shfl_xor_sync(0xffffffffu, e ? w.y : w.w, 4);

@@ -239,8 +239,9 @@ struct Consumer {
     // dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are the undropped P's, as torch's).
     static constexpr bool kDrawEarly = false;
     uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
-    __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &) {
-        if constexpr (kDropout) DropRing<Tr>(sm).load(keep, w.kv0 + block - w.first_block, wg);
+    __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
+        if constexpr (kDropout)
+            DropRing<Tr>(sm).load(keep, w.kv0 + block - w.first_block, wg, p, w.b, w.h, row0 + thread_row, block * Tr::kBlockN);
     }
     __device__ __forceinline__ void draw_early(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDrawEarly) draw(w, block, p);
@@ -400,7 +401,7 @@ template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                   const __grid_constant__ CUtensorMap tm_v, const sy_attn_params p, const TileScheduler sched,
-                  const Band band) {
+                  const Band band, const __grid_constant__ DropKeys keys) {
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const SharedTiles<Tr> sm(smem_raw);
@@ -419,7 +420,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             mbar_init(smem_addr(&bar.k_empty[s]), 128 * Tr::kConsumerWGs);
             mbar_init(smem_addr(&bar.v_empty[s]), 128 * Tr::kConsumerWGs);
         }
-        if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).init(p);
+        if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).init();
         // Make the initialised barriers visible to the copy engine (the async proxy) too.
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -464,7 +465,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 t = sched.next(p.tile_counter);
             }
         } else if (threadIdx.x >= 32) {
-            if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).template generate<kMode>(sched, p, band);
+            if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).template generate<kMode>(sched, p, band, keys);
         }
     } else {
         regs_inc<consumer_regs<Tr, kMode>()>();
@@ -542,7 +543,7 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     } else {
         kp.tile_counter = nullptr;
     }
-    kernel<<<grid, Tr::kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v, kp, sched, band);
+    kernel<<<grid, Tr::kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v, kp, sched, band, make_drop_keys(p));
     return launch_status();
 }
 

@@ -28,10 +28,37 @@
 namespace sy_attn {
 namespace {
 
+// The launch's dropout for the generators, a kernel parameter (constant bank: every round key an operand,
+// no register): the ten round keys, the byte threshold in all four bytes and its low seven bits, and the
+// counter base dropout_offset / 4 (make_dropout's).
+struct DropKeys {
+    RoundKeys round;
+    uint32_t threshold4, low7, ctr_lo, ctr_hi;
+};
+
+inline DropKeys make_drop_keys(const sy_attn_params &p) {
+    DropKeys k;
+    k.round = round_keys(p.dropout_seed);
+    k.threshold4 = dropout_threshold(p.dropout_p) * 0x01010101u;
+    k.low7 = k.threshold4 & 0x7F7F7F7Fu;
+    k.ctr_lo = static_cast<uint32_t>(p.dropout_offset / 4);
+    k.ctr_hi = static_cast<uint32_t>(p.dropout_offset / 4 >> 32);
+    return k;
+}
+
 template <class Tr>
 struct DropRing {
     static constexpr int kSpans = Tr::kBlockN / 32;                      // keep_rows words per thread per block
-    static constexpr int kUnits = Tr::kConsumerWGs * 4 * kSpans;         // (consumer warp, span) pairs per block
+#ifndef SY_HOPPER_DROPOUT_CONSUMER_SPANS_D64
+#define SY_HOPPER_DROPOUT_CONSUMER_SPANS_D64 0
+#endif
+#ifndef SY_HOPPER_DROPOUT_CONSUMER_SPANS_D128
+#define SY_HOPPER_DROPOUT_CONSUMER_SPANS_D128 0
+#endif
+    // Spans 0 .. kOwnSpans - 1 of a block the consumers draw themselves (keep_rows), the rest come from the ring.
+    static constexpr int kOwnSpans = Tr::kHeadDim == 64 ? SY_HOPPER_DROPOUT_CONSUMER_SPANS_D64 : SY_HOPPER_DROPOUT_CONSUMER_SPANS_D128;
+    static constexpr int kGenSpans = kSpans - kOwnSpans;
+    static constexpr int kUnits = Tr::kConsumerWGs * 4 * kGenSpans;      // (consumer warp, ring span) pairs per block
     static constexpr int kSlotBytes = kUnits * 32 * 16;                  // a byte per score: 16 KiB at d = 128, 24 at 64
     static constexpr int kGenWarps = 3;                                  // producer warps 1..3
     static constexpr int kHeaderBytes = 128;
@@ -55,8 +82,6 @@ struct DropRing {
         uint64_t tile_full[2], tile_empty[2];
         uint64_t full[kSlots], empty[kSlots];
         int tile[2];
-        uint32_t key[4];        // the seed and the byte threshold (x4), for the generators' per-call reads
-        uint32_t ctr_base[2];   // dropout_offset / 4, the counter base of make_dropout
     };
     static_assert(sizeof(Header) <= kHeaderBytes, "header");
 
@@ -69,12 +94,7 @@ struct DropRing {
         : hdr(reinterpret_cast<Header *>(reinterpret_cast<unsigned char *>(sm.sink) + 8 * 128 * Tr::kConsumerWGs)),
           data(reinterpret_cast<unsigned char *>(hdr) + kHeaderBytes) {}
 
-    __device__ void init(const sy_attn_params &p) const {
-        hdr->key[0] = static_cast<uint32_t>(p.dropout_seed);
-        hdr->key[1] = static_cast<uint32_t>(p.dropout_seed >> 32);
-        hdr->key[2] = dropout_threshold(p.dropout_p) * 0x01010101u;
-        hdr->ctr_base[0] = static_cast<uint32_t>(p.dropout_offset / 4);
-        hdr->ctr_base[1] = static_cast<uint32_t>(p.dropout_offset / 4 >> 32);
+    __device__ void init() const {
         for (int i = 0; i < 2; ++i) {
             mbar_init(smem_addr(&hdr->tile_full[i]), 1);
             mbar_init(smem_addr(&hdr->tile_empty[i]), 32 * kGenWarps);
@@ -94,39 +114,58 @@ struct DropRing {
     }
 
     // A consumer thread of warpgroup wg: the keep words of its scores in the kv-th block, as keep_rows_all.
-    __device__ __forceinline__ void load(uint4 (&keep)[kSpans], int kv, int wg) const {
+    // (row: the thread's first row; col0: the block's first key; p for the spans the consumers draw.)
+    __device__ __forceinline__ void load(uint4 (&keep)[kSpans], int kv, int wg, const sy_attn_params &p, int b, int h,
+                                         int row, int col0) const {
+        if constexpr (kOwnSpans > 0) {
+            const Dropout d = make_dropout(p, b, h);
+            const RoundKeys k = round_keys(p.dropout_seed);
+#pragma unroll
+            for (int s = 0; s < kOwnSpans; ++s) keep[s] = keep_rows(d, k, row, col0 + 32 * s, threadIdx.x % 32);
+        }
         const int slot = kv % kSlots;
         mbar_wait(smem_addr(&hdr->full[slot]), (kv / kSlots) & 1);
         const uint32_t base = smem_addr(data + slot * kSlotBytes) +
-                              ((wg * 4 + (threadIdx.x % 128) / 32) * kSpans * 32 + threadIdx.x % 32) * 16;
+                              ((wg * 4 + (threadIdx.x % 128) / 32) * kGenSpans * 32 + threadIdx.x % 32) * 16;
 #pragma unroll
-        for (int s = 0; s < kSpans; ++s)
+        for (int s = kOwnSpans; s < kSpans; ++s)
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                          : "=r"(keep[s].x), "=r"(keep[s].y), "=r"(keep[s].z), "=r"(keep[s].w)
-                         : "r"(base + s * 32 * 16));
+                         : "r"(base + (s - kOwnSpans) * 32 * 16));
         mbar_arrive(smem_addr(&hdr->empty[slot]));
     }
 
-    // The seed and threshold re-read per Philox call (a volatile shared load ptxas cannot hoist): from the
-    // parameters it hoists Philox's 18 round keys out of every loop into live registers, which spilled the
-    // producer's.
-    __device__ __forceinline__ void load_key(Dropout &d) const {
-        asm volatile("ld.volatile.shared.v2.u32 {%0, %1}, [%3];\n\tld.volatile.shared.u32 %2, [%3 + 8];\n"
-                     : "=r"(d.k0), "=r"(d.k1), "=r"(d.threshold4)
-                     : "r"(smem_addr(hdr->key)));
+    // Per byte of x, its top bit: byte < the threshold's (keep_bits's SWAR compare without its final AND; the
+    // consumers read only the top bits: dropout_rows_apply's sign-replicating PRMT).
+    static __device__ __forceinline__ uint32_t keep_top(uint32_t x, uint32_t t4, uint32_t t4_low7) {
+        const uint32_t low_ge = (x | 0x80808080u) - t4_low7;
+        return (~x & t4) | (~(x ^ t4) & ~low_ge);
     }
-    static __device__ __forceinline__ void store(uint32_t addr, uint4 k) {
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(k.x), "r"(k.y), "r"(k.z), "r"(k.w)
-                     : "memory");
+    static __device__ __forceinline__ void store2(uint32_t addr, uint32_t a, uint32_t b) {
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(addr), "r"(a), "r"(b) : "memory");
+    }
+    // Group (row group rg, column group cg) of the head's counter into unit `unit` of a slot: its row-parity-0
+    // words (x, y) belong to consumer lane l & ~4, its parity-1 words (z, w) to lane l | 4, each at byte 8 e of
+    // the lane's 16 (the span half this lane's group is) -- where keep_rows's shuffle would have put them.
+    static __device__ __forceinline__ void store_group(uint32_t unit, uint32_t off0, uint32_t off1, uint4 w,
+                                                       const DropKeys &keys) {
+        store2(unit + off0, keep_top(w.x, keys.threshold4, keys.low7), keep_top(w.y, keys.threshold4, keys.low7));
+        store2(unit + off1, keep_top(w.z, keys.threshold4, keys.low7), keep_top(w.w, keys.threshold4, keys.low7));
+    }
+    static __device__ __forceinline__ void make_group(uint32_t unit, uint32_t off0, uint32_t off1, uint32_t ctr0,
+                                                      uint32_t ctr1, uint32_t rg, uint32_t cg, const DropKeys &keys) {
+        store_group(unit, off0, off1, philox4x32_10_keys(make_uint4(ctr0, ctr1, rg, cg), keys.round), keys);
     }
 
     // Producer warps 1..3: the bits of every block of every tile the producer thread posts, in its order.
-    // Unit u (a consumer warp's span) is made by generator warp u % 3: its lanes stand for that consumer
-    // warp's lanes, so keep_rows_at's shuffles pair the same lanes and the stored uint4 is the consumer
-    // lane's. Registers are few here (setmaxnreg above): the groups are stepped, not recomputed from rows.
+    // Unit u (a consumer warp's 32-key span) is made by generator warp u % 3, its lane l making the group that
+    // consumer lane l's keep_rows would make (same Philox counter) and storing both halves where they belong,
+    // with no shuffle. Two units per pass where the warp has two left: their Philox chains interleave (one is
+    // ten dependent multiply-xor rounds; a generator warp is alone on its sub-partition's integer work).
     template <int kMode>
-    __device__ void generate(const TileScheduler &sched, const sy_attn_params &p, Band band) const {
+    __device__ void generate(const TileScheduler &sched, const sy_attn_params &p, Band band, const DropKeys &keys) const {
         const int gen = threadIdx.x / 32 - 1, lane = threadIdx.x % 32, e = (lane >> 2) & 1;
+        const uint32_t off0 = (lane & ~4) * 16 + 8 * e, off1 = (lane | 4) * 16 + 8 * e;
         int kv = 0;
         for (int tile_iter = 0;; ++tile_iter) {
             const int i = tile_iter & 1;
@@ -135,15 +174,9 @@ struct DropRing {
             mbar_arrive(smem_addr(&hdr->tile_empty[i]));
             if (t >= sched.n_tiles) return;
             const TileWork w = uniform(tile_work<Tr, kMode>(sched, t, p, band, 0, 0));
-            // The head's counter (make_dropout's), its launch base offset / 4 read from shared memory per tile
-            // (from the parameters ptxas hoists it out of every loop, and spilled it).
-            Dropout d;
-            uint32_t base_lo, base_hi;
-            asm volatile("ld.volatile.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(base_lo), "=r"(base_hi)
-                         : "r"(smem_addr(hdr->ctr_base)));
-            const uint64_t ctr = (uint64_t(base_hi) << 32 | base_lo) + static_cast<uint64_t>(w.b) * p.heads_q + w.h;
-            d.ctr0 = static_cast<uint32_t>(ctr);
-            d.ctr1 = static_cast<uint32_t>(ctr >> 32);
+            // make_dropout's counter for head (b, h).
+            const uint64_t ctr = (uint64_t(keys.ctr_hi) << 32 | keys.ctr_lo) + static_cast<uint64_t>(w.b) * p.heads_q + w.h;
+            const uint32_t ctr0 = static_cast<uint32_t>(ctr), ctr1 = static_cast<uint32_t>(ctr >> 32);
             // Row group of consumer warp 0's rows (m0 is a multiple of 64, so row / 16 = m0 / 16 + warp), and
             // column group of the tile's first block's first span (col0 / 16 = block * kBlockN / 16).
             const uint32_t rg0 = w.m0 / 4 + ((lane >> 2) & 7) / 2;
@@ -151,13 +184,18 @@ struct DropRing {
             for (const int kv_end = kv + w.n_blocks; kv < kv_end; ++kv, cg0 += Tr::kBlockN / 4) {
                 const int slot = kv % kSlots;
                 mbar_wait(smem_addr(&hdr->empty[slot]), ((kv / kSlots) & 1) ^ 1);
-                const uint32_t base = smem_addr(data + slot * kSlotBytes) + lane * 16;
-                // One Philox call per pass: two interleaved chains (more in flight while each waits on its
-                // multiplies) need ~16 registers more, which spilled the consumers they were taken from.
-                for (int u = gen; u < kUnits; u += kGenWarps) {
-                    load_key(d);
-                    store(base + u * 32 * 16, keep_rows_at(d, rg0 + (u / kSpans) * 4, cg0 + (u % kSpans) * 8, e));
+                const uint32_t base = smem_addr(data + slot * kSlotBytes);
+                int u = gen;
+                for (; u + kGenWarps < kUnits; u += 2 * kGenWarps) {
+                    const int v = u + kGenWarps;
+                    uint4 a = make_uint4(ctr0, ctr1, rg0 + (u / kGenSpans) * 4, cg0 + (kOwnSpans + u % kGenSpans) * 8);
+                    uint4 b = make_uint4(ctr0, ctr1, rg0 + (v / kGenSpans) * 4, cg0 + (kOwnSpans + v % kGenSpans) * 8);
+                    philox4x32_10_keys2(a, b, keys.round);
+                    store_group(base + u * 512, off0, off1, a, keys);
+                    store_group(base + v * 512, off0, off1, b, keys);
                 }
+                if (u < kUnits)
+                    make_group(base + u * 512, off0, off1, ctr0, ctr1, rg0 + (u / kGenSpans) * 4, cg0 + (kOwnSpans + u % kGenSpans) * 8, keys);
                 mbar_arrive(smem_addr(&hdr->full[slot]));
             }
         }
