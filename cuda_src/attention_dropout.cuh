@@ -185,21 +185,24 @@ __device__ __forceinline__ void keep_rows_all(uint4 (&k)[kSpans], const Dropout 
 
 // A fragments of P (k16 steps, 16-bit pairs: step kk = n8 tiles 2kk, 2kk + 1, registers (tile, rows) =
 // (2kk, g), (2kk, g+8), (2kk+1, g), (2kk+1, g+8)) masked by keep_rows_all's words: dropped scores to 0.
+// dropout_rows_span: steps 2s, 2s + 1 (keys 32 s ..) by one keep_rows word.
+template <int kSteps>
+__device__ __forceinline__ void dropout_rows_span(uint32_t (&a)[kSteps][4], int s, uint4 k) {
+    const uint32_t words[4] = {k.x, k.y, k.z, k.w};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        uint32_t(&step)[4] = a[2 * s + half];
+        step[0] &= prmt(words[2 * half], 0, 0x9988);       // bytes 0, 1 -> 16-bit halves
+        step[1] &= prmt(words[2 * half], 0, 0xBBAA);       // bytes 2, 3
+        step[2] &= prmt(words[2 * half + 1], 0, 0x9988);
+        step[3] &= prmt(words[2 * half + 1], 0, 0xBBAA);
+    }
+}
+
 template <int kSteps>
 __device__ __forceinline__ void dropout_rows_apply(uint32_t (&a)[kSteps][4], const uint4 (&keep)[kSteps / 2]) {
 #pragma unroll
-    for (int s = 0; s < kSteps / 2; ++s) {
-        const uint4 k = keep[s];
-        const uint32_t words[4] = {k.x, k.y, k.z, k.w};
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            uint32_t(&step)[4] = a[2 * s + half];
-            step[0] &= prmt(words[2 * half], 0, 0x9988);       // bytes 0, 1 -> 16-bit halves
-            step[1] &= prmt(words[2 * half], 0, 0xBBAA);       // bytes 2, 3
-            step[2] &= prmt(words[2 * half + 1], 0, 0x9988);
-            step[3] &= prmt(words[2 * half + 1], 0, 0xBBAA);
-        }
-    }
+    for (int s = 0; s < kSteps / 2; ++s) dropout_rows_span(a, s, keep[s]);
 }
 
 // fp32 fragments x[nt][r] over the keys from col0: kept -> x * rp, dropped -> 0 (dP in the dQ pass).

@@ -237,17 +237,37 @@ struct Consumer {
     // consumers' path). Loaded after the wait for the previous P V (kDrawEarly false): held across that
     // wait, the 16 registers spilled 12-36 bytes (d = 128 at 232 registers, d = 64 at 160). drop: P's
     // dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are the undropped P's, as torch's).
-    static constexpr bool kDrawEarly = false;
+#ifndef SY_HOPPER_DROPOUT_EARLY
+#define SY_HOPPER_DROPOUT_EARLY 0
+#endif
+    static constexpr bool kDrawEarly = !kDropoutRing && SY_HOPPER_DROPOUT_EARLY && Tr::kConsumerWGs == 2;
     uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
     __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
-        if constexpr (kDropout)
+        if constexpr (kDropout && kDropoutRing)
             DropRing<Tr>(sm).load(keep, w.kv0 + block - w.first_block, wg, p, w.b, w.h, row0 + thread_row, block * Tr::kBlockN);
+        if constexpr (kDropout && !kDropoutRing) {
+            const Dropout d = make_dropout(p, w.b, w.h);
+            const RoundKeys k = round_keys(p.dropout_seed);
+#pragma unroll
+            for (int s = 0; s < Tr::kPVSteps / 2; ++s)
+                keep[s] = keep_rows(d, k, row0 + thread_row, block * Tr::kBlockN + 32 * s, threadIdx.x % 32);
+        }
     }
     __device__ __forceinline__ void draw_early(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDrawEarly) draw(w, block, p);
     }
     template <bool kDrawNow = !kDrawEarly>
     __device__ __forceinline__ void drop(const TileWork &w, int block, const sy_attn_params &p) {
+        if constexpr (kDropout && !kDropoutRing && kDrawNow) {   // span by span: one keep word live at a time
+            const Dropout d = make_dropout(p, w.b, w.h);
+            const RoundKeys k = round_keys(p.dropout_seed);
+#pragma unroll
+            for (int s = 0; s < Tr::kPVSteps / 2; ++s) {
+                dropout_rows_span(rP, s, keep_rows(d, k, row0 + thread_row, block * Tr::kBlockN + 32 * s, threadIdx.x % 32));
+                __syncwarp();   // a scheduling fence: ptxas interleaved the four spans' Philox chains and spilled
+            }
+            return;
+        }
         if constexpr (kDrawNow) draw(w, block, p);
         if constexpr (kDropout) dropout_rows_apply(rP, keep);
     }
@@ -420,7 +440,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             mbar_init(smem_addr(&bar.k_empty[s]), 128 * Tr::kConsumerWGs);
             mbar_init(smem_addr(&bar.v_empty[s]), 128 * Tr::kConsumerWGs);
         }
-        if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).init();
+        if constexpr ((kMode & kDropoutFlag) != 0 && kDropoutRing) DropRing<Tr>(sm).init();
         // Make the initialised barriers visible to the copy engine (the async proxy) too.
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -449,7 +469,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 }
                 mbar_wait(smem_addr(&bar.q_empty[buf]), ((tile_iter / Tr::kQBuffers) & 1) ^ 1);
                 bar.tile[buf] = t;
-                if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).post_tile(tile_iter, t);
+                if constexpr ((kMode & kDropoutFlag) != 0 && kDropoutRing) DropRing<Tr>(sm).post_tile(tile_iter, t);
                 if (t >= sched.n_tiles) {
                     mbar_arrive(smem_addr(&bar.q_full[buf]));   // completes the phase with no bytes: "stop"
                     break;
@@ -465,7 +485,8 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 t = sched.next(p.tile_counter);
             }
         } else if (threadIdx.x >= 32) {
-            if constexpr ((kMode & kDropoutFlag) != 0) DropRing<Tr>(sm).template generate<kMode>(sched, p, band, keys);
+            if constexpr ((kMode & kDropoutFlag) != 0 && kDropoutRing)
+                DropRing<Tr>(sm).template generate<kMode>(sched, p, band, keys);
         }
     } else {
         regs_inc<consumer_regs<Tr, kMode>()>();

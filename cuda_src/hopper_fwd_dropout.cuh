@@ -22,11 +22,18 @@
 //     same count as the K/V ring's); the 96 generator threads fill it, every consumer thread frees it.
 #pragma once
 
+#include <type_traits>
+
 #include "attention_dropout.cuh"
 #include "hopper_fwd_pipeline.cuh"
 
 namespace sy_attn {
 namespace {
+
+#ifndef SY_HOPPER_DROPOUT_RING
+#define SY_HOPPER_DROPOUT_RING 1
+#endif
+constexpr bool kDropoutRing = SY_HOPPER_DROPOUT_RING != 0;
 
 // The launch's dropout for the generators, a kernel parameter (constant bank: every round key an operand,
 // no register): the ten round keys, the byte threshold in all four bytes and its low seven bits, and the
@@ -205,23 +212,25 @@ struct DropRing {
 
 // d = 64 with dropout: 2 K/V stages instead of 4 (the same speed without dropout: hopper_traits.cuh), which
 // frees 64 KiB for the ring's 24 KiB slots (with 4 stages one slot fits: the generators could not run ahead).
-using HopperTraitsD64Dropout = HopperTraits<64, SY_HOPPER_D64_BLOCK_N, 2, SY_HOPPER_D64_CONSUMERS, SY_HOPPER_D64_Q_IN_REGISTERS>;
+using HopperTraitsD64Dropout =
+    std::conditional_t<kDropoutRing, HopperTraits<64, SY_HOPPER_D64_BLOCK_N, 2, SY_HOPPER_D64_CONSUMERS, SY_HOPPER_D64_Q_IN_REGISTERS>,
+                       HopperTraitsD64>;
 
 // The launch's extra shared memory (the ring with dropout, none without) and the setmaxnreg split; without
 // dropout DropRing<Tr> is never instantiated (its traits may leave no room for it).
 template <class Tr, int kMode>
 __host__ __device__ constexpr int drop_ring_bytes() {
-    if constexpr ((kMode & kDropoutFlag) != 0) return DropRing<Tr>::kBytes;
+    if constexpr ((kMode & kDropoutFlag) != 0 && kDropoutRing) return DropRing<Tr>::kBytes;
     else return 0;
 }
 template <class Tr, int kMode>
 __host__ __device__ constexpr int producer_regs() {
-    if constexpr ((kMode & kDropoutFlag) != 0) return DropRing<Tr>::kProducerRegs;
+    if constexpr ((kMode & kDropoutFlag) != 0 && kDropoutRing) return DropRing<Tr>::kProducerRegs;
     else return Tr::kProducerRegs;
 }
 template <class Tr, int kMode>
 __host__ __device__ constexpr int consumer_regs() {
-    if constexpr ((kMode & kDropoutFlag) != 0) return DropRing<Tr>::kConsumerRegs;
+    if constexpr ((kMode & kDropoutFlag) != 0 && kDropoutRing) return DropRing<Tr>::kConsumerRegs;
     else return Tr::kConsumerRegs;
 }
 
