@@ -49,53 +49,6 @@ __host__ __device__ __forceinline__ uint4 philox4x32_10(uint4 c, uint32_t k0, ui
     return c;
 }
 
-// Philox4x32-10 as above, bit for bit, with the ten rounds' keys precomputed (k0 + r * 0x9E3779B9, k1 + r *
-// 0xBB67AE85: RoundKeys) and the 32 x 32 -> 64-bit products as mul.wide: with the keys in the kernel's
-// parameters (uniform) every round is two IMAD.WIDE.U32 and two LOP3 with a constant-bank or uniform key
-// operand, 40 instructions a call; the version above, keys derived in registers, compiles to IMAD.HI + IMAD
-// pairs and 18 key additions (~80 instructions), or holds 18 round keys in registers.
-struct RoundKeys {
-    uint32_t k0[10], k1[10];
-};
-
-__host__ __device__ inline RoundKeys round_keys(uint64_t seed) {
-    RoundKeys r;
-    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-    for (int i = 0; i < 10; ++i, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u) {
-        r.k0[i] = k0;
-        r.k1[i] = k1;
-    }
-    return r;
-}
-
-__device__ __forceinline__ uint4 philox4x32_10_keys(uint4 c, const RoundKeys &k) {
-#pragma unroll
-    for (int round = 0; round < 10; ++round) {
-        uint64_t p0, p1;
-        asm("mul.wide.u32 %0, %1, %2;" : "=l"(p0) : "r"(c.x), "r"(0xD2511F53u));
-        asm("mul.wide.u32 %0, %1, %2;" : "=l"(p1) : "r"(c.z), "r"(0xCD9E8D57u));
-        c = make_uint4(static_cast<uint32_t>(p1 >> 32) ^ c.y ^ k.k0[round], static_cast<uint32_t>(p1),
-                       static_cast<uint32_t>(p0 >> 32) ^ c.w ^ k.k1[round], static_cast<uint32_t>(p0));
-    }
-    return c;
-}
-
-// Two counters at once, round by round (two independent chains of dependent multiply-xor rounds in flight).
-__device__ __forceinline__ void philox4x32_10_keys2(uint4 &a, uint4 &b, const RoundKeys &k) {
-#pragma unroll
-    for (int round = 0; round < 10; ++round) {
-        uint64_t a0, a1, b0, b1;
-        asm("mul.wide.u32 %0, %1, %2;" : "=l"(a0) : "r"(a.x), "r"(0xD2511F53u));
-        asm("mul.wide.u32 %0, %1, %2;" : "=l"(b0) : "r"(b.x), "r"(0xD2511F53u));
-        asm("mul.wide.u32 %0, %1, %2;" : "=l"(a1) : "r"(a.z), "r"(0xCD9E8D57u));
-        asm("mul.wide.u32 %0, %1, %2;" : "=l"(b1) : "r"(b.z), "r"(0xCD9E8D57u));
-        a = make_uint4(static_cast<uint32_t>(a1 >> 32) ^ a.y ^ k.k0[round], static_cast<uint32_t>(a1),
-                       static_cast<uint32_t>(a0 >> 32) ^ a.w ^ k.k1[round], static_cast<uint32_t>(a0));
-        b = make_uint4(static_cast<uint32_t>(b1 >> 32) ^ b.y ^ k.k0[round], static_cast<uint32_t>(b1),
-                       static_cast<uint32_t>(b0 >> 32) ^ b.w ^ k.k1[round], static_cast<uint32_t>(b0));
-    }
-}
-
 // The launch's dropout: key, the head's counter base, the byte threshold in all four bytes, 1 / (1 - p).
 struct Dropout {
     uint32_t k0, k1, ctr0, ctr1, threshold4;
@@ -144,36 +97,18 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t select
 }
 
 // ---- rows = queries (the forwards' S, the mma dQ pass) ----------------------------------------------------
-// keep_rows: keep bits of a thread's scores in row `row` (its first: l/4 of a 16-row block; the second is
-// +8) over the 32 keys from col0 (a multiple of 32): word nt (n8 tile nt of the span) holds byte r for
-// fragment register r of that tile (rows r / 2, columns r % 2), as keep_bits. keep_rows_at: the same
-// with the lane's groups given (row_group_of(row), (col0 / 16 + e) * 4 + lane % 4) and e = (lane >> 2) & 1,
-// for a caller that steps them itself (the hopper forward's generators, hopper_fwd_dropout.cuh).
-__device__ __forceinline__ uint4 keep_rows_at(const Dropout &d, uint32_t row_group, uint32_t col_group, int e) {
-    const uint4 w = dropout_group(d, row_group, col_group);
-    const uint32_t keep0 = e ? w.z : w.x, keep1 = e ? w.w : w.y;
-    const uint32_t got0 = __shfl_xor_sync(0xffffffffu, e ? w.x : w.z, 4);
-    const uint32_t got1 = __shfl_xor_sync(0xffffffffu, e ? w.y : w.w, 4);
-    const uint4 span = e ? make_uint4(got0, got1, keep0, keep1) : make_uint4(keep0, keep1, got0, got1);
-    return make_uint4(keep_bits(span.x, d.threshold4), keep_bits(span.y, d.threshold4), keep_bits(span.z, d.threshold4),
-                      keep_bits(span.w, d.threshold4));
-}
-
-// keep_rows with the launch's round keys given (philox4x32_10_keys): the same bits, fewer instructions.
-__device__ __forceinline__ uint4 keep_rows(const Dropout &d, const RoundKeys &k, int row, int col0, int lane) {
-    const int e = (lane >> 2) & 1;
-    const uint4 w = philox4x32_10_keys(make_uint4(d.ctr0, d.ctr1, row_group_of(row), (col0 / 16 + e) * 4 + lane % 4), k);
-    const uint32_t keep0 = e ? w.z : w.x, keep1 = e ? w.w : w.y;
-    const uint32_t got0 = __shfl_xor_sync(0xffffffffu, e ? w.x : w.z, 4);
-    const uint32_t got1 = __shfl_xor_sync(0xffffffffu, e ? w.y : w.w, 4);
-    const uint4 span = e ? make_uint4(got0, got1, keep0, keep1) : make_uint4(keep0, keep1, got0, got1);
-    return make_uint4(keep_bits(span.x, d.threshold4), keep_bits(span.y, d.threshold4), keep_bits(span.z, d.threshold4),
-                      keep_bits(span.w, d.threshold4));
-}
-
+// Keep bits of a thread's scores in row `row` (its first: l/4 of a 16-row block; the second is +8) over
+// the 32 keys from col0 (a multiple of 32): word nt (n8 tile nt of the span) holds byte r for
+// fragment register r of that tile (rows r / 2, columns r % 2), as keep_bits.
 __device__ __forceinline__ uint4 keep_rows(const Dropout &d, int row, int col0, int lane) {
     const int e = (lane >> 2) & 1;   // row % 2: which half of the group this lane keeps, and which span it makes
-    return keep_rows_at(d, row_group_of(row), (col0 / 16 + e) * 4 + lane % 4, e);
+    const uint4 w = dropout_group(d, row_group_of(row), (col0 / 16 + e) * 4 + lane % 4);
+    const uint32_t keep0 = e ? w.z : w.x, keep1 = e ? w.w : w.y;
+    const uint32_t got0 = __shfl_xor_sync(0xffffffffu, e ? w.x : w.z, 4);
+    const uint32_t got1 = __shfl_xor_sync(0xffffffffu, e ? w.y : w.w, 4);
+    const uint4 span = e ? make_uint4(got0, got1, keep0, keep1) : make_uint4(keep0, keep1, got0, got1);
+    return make_uint4(keep_bits(span.x, d.threshold4), keep_bits(span.y, d.threshold4), keep_bits(span.z, d.threshold4),
+                      keep_bits(span.w, d.threshold4));
 }
 
 // Keep bits of the keys col0 .. col0 + 32 * kSpans - 1 for row `row`: kSpans keep_rows words.
@@ -185,24 +120,21 @@ __device__ __forceinline__ void keep_rows_all(uint4 (&k)[kSpans], const Dropout 
 
 // A fragments of P (k16 steps, 16-bit pairs: step kk = n8 tiles 2kk, 2kk + 1, registers (tile, rows) =
 // (2kk, g), (2kk, g+8), (2kk+1, g), (2kk+1, g+8)) masked by keep_rows_all's words: dropped scores to 0.
-// dropout_rows_span: steps 2s, 2s + 1 (keys 32 s ..) by one keep_rows word.
-template <int kSteps>
-__device__ __forceinline__ void dropout_rows_span(uint32_t (&a)[kSteps][4], int s, uint4 k) {
-    const uint32_t words[4] = {k.x, k.y, k.z, k.w};
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        uint32_t(&step)[4] = a[2 * s + half];
-        step[0] &= prmt(words[2 * half], 0, 0x9988);       // bytes 0, 1 -> 16-bit halves
-        step[1] &= prmt(words[2 * half], 0, 0xBBAA);       // bytes 2, 3
-        step[2] &= prmt(words[2 * half + 1], 0, 0x9988);
-        step[3] &= prmt(words[2 * half + 1], 0, 0xBBAA);
-    }
-}
-
 template <int kSteps>
 __device__ __forceinline__ void dropout_rows_apply(uint32_t (&a)[kSteps][4], const uint4 (&keep)[kSteps / 2]) {
 #pragma unroll
-    for (int s = 0; s < kSteps / 2; ++s) dropout_rows_span(a, s, keep[s]);
+    for (int s = 0; s < kSteps / 2; ++s) {
+        const uint4 k = keep[s];
+        const uint32_t words[4] = {k.x, k.y, k.z, k.w};
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            uint32_t(&step)[4] = a[2 * s + half];
+            step[0] &= prmt(words[2 * half], 0, 0x9988);       // bytes 0, 1 -> 16-bit halves
+            step[1] &= prmt(words[2 * half], 0, 0xBBAA);       // bytes 2, 3
+            step[2] &= prmt(words[2 * half + 1], 0, 0x9988);
+            step[3] &= prmt(words[2 * half + 1], 0, 0xBBAA);
+        }
+    }
 }
 
 // fp32 fragments x[nt][r] over the keys from col0: kept -> x * rp, dropped -> 0 (dP in the dQ pass).

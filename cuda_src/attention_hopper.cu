@@ -21,7 +21,6 @@
 // it answers SY_EUNSUPPORTED unless the device is sm_90 and the loaded kernel was built for it.
 #include "hopper_fwd_pipeline.cuh"   // mode flags, tile order, shared memory, TileWork, the producer
 #include "attention_dropout.cuh"     // dropout: Philox keep-masks on P's fragments
-#include "hopper_fwd_dropout.cuh"    // dropout: the bits drawn by the producer warpgroup into a ring
 #include "mma_primitives.cuh"      // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
 #include "softmax.cuh"
 
@@ -232,42 +231,23 @@ struct Consumer {
         }
     }
 
-    // Dropout in two parts. draw: the keep bits of key block `block` (absolute) of tile w, four 16-byte loads
-    // from the ring the producer warpgroup fills (hopper_fwd_dropout.cuh: Philox runs there, off the
-    // consumers' path). Loaded after the wait for the previous P V (kDrawEarly false): held across that
-    // wait, the 16 registers spilled 12-36 bytes (d = 128 at 232 registers, d = 64 at 160). drop: P's
-    // dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are the undropped P's, as torch's).
-#ifndef SY_HOPPER_DROPOUT_EARLY
-#define SY_HOPPER_DROPOUT_EARLY 0
-#endif
-    static constexpr bool kDrawEarly = !kDropoutRing && SY_HOPPER_DROPOUT_EARLY && Tr::kConsumerWGs == 2;
+    // Dropout (attention_dropout.cuh) in two parts. draw: the keep bits of key block `block` (absolute) of
+    // tile w, made while the previous block's P V runs on the tensor cores (Philox is integer multiplies,
+    // off the wgmma's path) where registers allow: d = 64 (three consumers at 160 registers) draws after the
+    // wait (ptxas -v: drawing early spilled 8-12 bytes there; drawing late, 4 not causal and none causal).
+    // drop: P's dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are those of the
+    // undropped P, as torch's).
+    static constexpr bool kDrawEarly = Tr::kConsumerWGs == 2;
     uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
     __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
-        if constexpr (kDropout && kDropoutRing)
-            DropRing<Tr>(sm).load(keep, w.kv0 + block - w.first_block, wg, p, w.b, w.h, row0 + thread_row, block * Tr::kBlockN);
-        if constexpr (kDropout && !kDropoutRing) {
-            const Dropout d = make_dropout(p, w.b, w.h);
-            const RoundKeys k = round_keys(p.dropout_seed);
-#pragma unroll
-            for (int s = 0; s < Tr::kPVSteps / 2; ++s)
-                keep[s] = keep_rows(d, k, row0 + thread_row, block * Tr::kBlockN + 32 * s, threadIdx.x % 32);
-        }
+        if constexpr (kDropout)
+            keep_rows_all(keep, make_dropout(p, w.b, w.h), row0 + thread_row, block * Tr::kBlockN, threadIdx.x % 32);
     }
     __device__ __forceinline__ void draw_early(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDrawEarly) draw(w, block, p);
     }
     template <bool kDrawNow = !kDrawEarly>
     __device__ __forceinline__ void drop(const TileWork &w, int block, const sy_attn_params &p) {
-        if constexpr (kDropout && !kDropoutRing && kDrawNow) {   // span by span: one keep word live at a time
-            const Dropout d = make_dropout(p, w.b, w.h);
-            const RoundKeys k = round_keys(p.dropout_seed);
-#pragma unroll
-            for (int s = 0; s < Tr::kPVSteps / 2; ++s) {
-                dropout_rows_span(rP, s, keep_rows(d, k, row0 + thread_row, block * Tr::kBlockN + 32 * s, threadIdx.x % 32));
-                __syncwarp();   // a scheduling fence: ptxas interleaved the four spans' Philox chains and spilled
-            }
-            return;
-        }
         if constexpr (kDrawNow) draw(w, block, p);
         if constexpr (kDropout) dropout_rows_apply(rP, keep);
     }
@@ -421,7 +401,7 @@ template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                   const __grid_constant__ CUtensorMap tm_v, const sy_attn_params p, const TileScheduler sched,
-                  const Band band, const __grid_constant__ DropKeys keys) {
+                  const Band band) {
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const SharedTiles<Tr> sm(smem_raw);
@@ -440,14 +420,13 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             mbar_init(smem_addr(&bar.k_empty[s]), 128 * Tr::kConsumerWGs);
             mbar_init(smem_addr(&bar.v_empty[s]), 128 * Tr::kConsumerWGs);
         }
-        if constexpr ((kMode & kDropoutFlag) != 0 && kDropoutRing) DropRing<Tr>(sm).init();
         // Make the initialised barriers visible to the copy engine (the async proxy) too.
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
     if (warpgroup == 0) {
-        regs_dec<producer_regs<Tr, kMode>()>();
+        regs_dec<Tr::kProducerRegs>();
         if (threadIdx.x == 0) {
             tma_prefetch_map(&tm_q);
             tma_prefetch_map(&tm_k);
@@ -469,7 +448,6 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 }
                 mbar_wait(smem_addr(&bar.q_empty[buf]), ((tile_iter / Tr::kQBuffers) & 1) ^ 1);
                 bar.tile[buf] = t;
-                if constexpr ((kMode & kDropoutFlag) != 0 && kDropoutRing) DropRing<Tr>(sm).post_tile(tile_iter, t);
                 if (t >= sched.n_tiles) {
                     mbar_arrive(smem_addr(&bar.q_full[buf]));   // completes the phase with no bytes: "stop"
                     break;
@@ -484,12 +462,9 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                     produce_tile<Tr>(sm, &tm_q, &tm_k, &tm_v, w, w.h / group, kv_iter, 0, 0, w.b);
                 t = sched.next(p.tile_counter);
             }
-        } else if (threadIdx.x >= 32) {
-            if constexpr ((kMode & kDropoutFlag) != 0 && kDropoutRing)
-                DropRing<Tr>(sm).template generate<kMode>(sched, p, band, keys);
         }
     } else {
-        regs_inc<consumer_regs<Tr, kMode>()>();
+        regs_inc<Tr::kConsumerRegs>();
         Consumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
         // The tile of iteration i, once its Q has landed (n_tiles or more: none).
         auto wait_tile = [&](int tile_iter) {
@@ -522,7 +497,6 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 template <class Tr, typename T, int kMode>
 int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     auto kernel = hopper_fwd_kernel<Tr, T, kMode>;
-    constexpr int kSmemBytes = Tr::kSmemBytes + drop_ring_bytes<Tr, kMode>();
     // The kernel body exists only in an sm_90a build: a library built for another arch has none.
     cudaFuncAttributes attrs;
     cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
@@ -551,7 +525,7 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     if (n_tiles > INT32_MAX) return kInvalid;
     sched.n_tiles = static_cast<int>(n_tiles);
 
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     if (err != cudaSuccess) return static_cast<int>(err);
     // Persistent: one resident block per SM (shared memory and registers allow no second), the
     // counter zeroed on the stream. Otherwise a block per tile and no counter: the kernel must not
@@ -564,7 +538,7 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     } else {
         kp.tile_counter = nullptr;
     }
-    kernel<<<grid, Tr::kThreads, kSmemBytes, stream>>>(tm_q, tm_k, tm_v, kp, sched, band, make_drop_keys(p));
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, kp, sched, band);
     return launch_status();
 }
 
@@ -603,8 +577,7 @@ template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
     if (p.dropout_p > 0.f) {
         if (p.cu_seqlens_q || (p.head_dim != 64 && p.head_dim != 128)) return kUnsupported;
-        return p.head_dim == 64 ? launch_dropout<HopperTraitsD64Dropout, T>(p, stream)
-                                : launch_dropout<HopperTraitsD128, T>(p, stream);
+        return p.head_dim == 64 ? launch_dropout<HopperTraitsD64, T>(p, stream) : launch_dropout<HopperTraitsD128, T>(p, stream);
     }
     if (p.cu_seqlens_q) {
         if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T, kVarlenFlag>(p, stream);

@@ -214,8 +214,8 @@ def test_forward_and_gradients_match_float64_with_the_same_mask(kernel, dtype, d
 @pytest.mark.parametrize("kernel", ["mma", "hopper"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_forward_with_a_64_bit_seed_and_counter_matches_the_mask_kernel(kernel, d):
-    # Both halves of the key and of the counter (offset / 4 >= 2^32) reach the kernels, which take them by
-    # different routes (the hopper forward's generator warps read them from shared memory).
+    # Both halves of the key and of the counter (offset / 4 >= 2^32) reach the forwards, as they reach the
+    # test-only mask kernel (the other tests' offsets keep the counter's high word at 0).
     if kernel not in kernels():
         pytest.skip("kernel='hopper' needs an sm_90 GPU")
     p, seed, ctr = 0.3, 0xDEAD_BEEF_0123_4567, (5 << 34) + 4 * 3
