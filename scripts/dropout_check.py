@@ -57,15 +57,20 @@ def make_call(name, q, k, v, p, causal, kernel, train):
     return run
 
 
+_swapped = []
+
+
 def use_library(path):
     """Put the library at `path` in place of the loaded sm_90/sm_80 one (None: the default build)."""
     arch = cuda_build.device_arch()
     ffi, _ = cuda_build.library(arch)
-    if path is None:
+    if path is not None:
+        cuda_build._libs[arch] = ffi.dlopen(path)
+        _swapped.append(path)
+    elif _swapped:   # back to the default build after another was swapped in
         cuda_build._libs.pop(arch, None)
         cuda_build.library(arch)
-    else:
-        cuda_build._libs[arch] = ffi.dlopen(path)
+        _swapped.clear()
 
 
 def table(sizes, kernel, dims, libs, train_libs, train_dims, rounds, skip_sdpa, fwd_only, tokens=65536):
