@@ -1,12 +1,20 @@
 """Same-run timings of dropout in the fused kernels, H100 (docs/notes-dropout.md).
 
-    python3 scripts/dropout_check.py [--sizes 4096 16384] [--out DIR]
+    python3 scripts/dropout_check.py [--sizes 4096 16384] [--dims 128] [--out DIR]
+    python3 scripts/dropout_check.py --sizes 4096 --dims 64 128 --skip-sdpa --rounds 2 \\
+        --lib base=/path/a.so --lib ring=/path/b.so [--train-libs base ring]
 
-bf16, d = 128, H = 16, B = 65536 / N (4 at 4096, 1 at 16k), not causal and causal. Rows: our kernel
-(kernel="auto": hopper on sm_90; mma with --kernel mma) without dropout and with dropout_p = 0.1, then
-torch's SDPA with dropout_p = 0.1 on the flash, efficient and cuDNN backends (a backend that refuses
-the call prints n/a). Every call goes through the public entries (sy.attention.scaled_dot_product_attention,
-F.scaled_dot_product_attention): forward, and forward + backward (out.backward(dout)).
+bf16, H * d = 2048 (H = 16 at d = 128, 32 at d = 64), B = 65536 / N (4 at 4096, 1 at 16k), not causal and
+causal. Rows: our kernel (kernel="auto": hopper on sm_90; mma with --kernels mma) without dropout and with
+dropout_p = 0.1, then torch's SDPA with dropout_p = 0.1 on the flash, efficient and cuDNN backends (a
+backend that refuses the call prints n/a; --skip-sdpa leaves them out). Every call goes through the public
+entries (sy.attention.scaled_dot_product_attention, F.scaled_dot_product_attention): forward, and forward
++ backward (out.backward(dout); --fwd-only leaves it out).
+--lib NAME=PATH (repeatable): A/B of builds of the CUDA library in one process. Each is dlopen'ed and put
+in place of the loaded one (sympathy.attention.cuda_build._libs) before its rows; the libraries take
+turns inside each of --rounds rounds and each row is the median over the rounds, so drift (clocks,
+temperature) falls on all of them alike. Ratios: p=0.1 over the same build's p=0, and over the first
+build's p=0. --train-libs / --train-dims: the builds and head dims timed forward + backward too (default all).
 The target of issue #20: ours with dropout >= 0.85x ours without.
 Timings: triton.testing.do_bench medians; FLOPs 4 * B * H * pairs * d forward (pairs = N^2, or
 N (N + 1) / 2 causal), 2.5x that backward.
@@ -14,6 +22,7 @@ N (N + 1) / 2 causal), 2.5x that backward.
 import argparse
 import json
 import os
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +30,7 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import sympathy as sy
+from sympathy.attention import cuda_build
 
 BACKENDS = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
             "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}
@@ -47,48 +57,90 @@ def make_call(name, q, k, v, p, causal, kernel, train):
     return run
 
 
-def table(sizes, kernel, heads=16, d=128, tokens=65536):
+_swapped = []
+
+
+def use_library(path):
+    """Put the library at `path` in place of the loaded sm_90/sm_80 one (None: the default build)."""
+    arch = cuda_build.device_arch()
+    ffi, _ = cuda_build.library(arch)
+    if path is not None:
+        cuda_build._libs[arch] = ffi.dlopen(path)
+        _swapped.append(path)
+    elif _swapped:   # back to the default build after another was swapped in
+        cuda_build._libs.pop(arch, None)
+        cuda_build.library(arch)
+        _swapped.clear()
+
+
+def table(sizes, kernel, dims, libs, train_libs, train_dims, rounds, skip_sdpa, fwd_only, tokens=65536):
     rows = []
-    print(f"\n## dropout 0.1 vs none, bf16, d = {d}, H = {heads}, B = {tokens} / N; kernel={kernel!r}")
-    print("| N | causal | pass | variant | ms | TFLOP/s | vs ours without dropout |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\n## dropout 0.1 vs none, bf16, H * d = 2048, B = {tokens} / N; kernel={kernel!r}; builds "
+          f"{[name for name, _ in libs]}, median of {rounds} round(s)")
+    print("| N | d | causal | pass | variant | ms | TFLOP/s | vs same build p=0 | vs first build p=0 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         batch = max(1, tokens // n)
-        g = torch.Generator(device="cuda").manual_seed(n)
-        q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        for causal in (False, True):
-            pairs = n * (n + 1) // 2 if causal else n * n
-            for train in (False, True):
-                flops = 4 * batch * heads * pairs * d * (3.5 if train else 1.0)
-                base = None
-                variants = [("ours", 0.0), ("ours", 0.1)] + [(b, 0.1) for b in BACKENDS]
-                for name, p in variants:
-                    try:
-                        ms = bench(make_call(name, q, k, v, p, causal, kernel, train))
-                    except RuntimeError as exc:   # a backend that refuses the call
-                        print(f"| {n} | {causal} | {'fwd+bwd' if train else 'fwd'} | {name} p={p} | n/a | | "
-                              f"{str(exc).splitlines()[0][:60]} |")
-                        continue
-                    base = ms if (name, p) == ("ours", 0.0) else base
-                    label = f"{name} p={p}"
-                    ratio = base / ms if base else float("nan")
-                    rows.append(dict(n=n, causal=causal, train=train, variant=label, ms=ms,
-                                     tflops=flops / ms / 1e9, vs_ours_plain=ratio))
-                    print(f"| {n} | {causal} | {'fwd+bwd' if train else 'fwd'} | {label} | {ms:.3f} | "
-                          f"{flops / ms / 1e9:.0f} | {ratio:.2f}x |", flush=True)
+        for d in dims:
+            heads = 2048 // d
+            g = torch.Generator(device="cuda").manual_seed(n + d)
+            q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=torch.bfloat16)
+                       for _ in range(3))
+            for causal in (False, True):
+                pairs = n * (n + 1) // 2 if causal else n * n
+                for train in (False,) if fwd_only or d not in train_dims else (False, True):
+                    flops = 4 * batch * heads * pairs * d * (3.5 if train else 1.0)
+                    timed = {}
+                    for _ in range(rounds):
+                        for name, path in libs:
+                            if train and name not in train_libs:
+                                continue
+                            use_library(path)
+                            for p in (0.0, 0.1):
+                                ms = bench(make_call("ours", q, k, v, p, causal, kernel, train))
+                                timed.setdefault((name, p), []).append(ms)
+                    use_library(libs[0][1])
+                    if not skip_sdpa:
+                        for b in BACKENDS:
+                            try:
+                                timed[(b, 0.1)] = [bench(make_call(b, q, k, v, 0.1, causal, kernel, train))]
+                            except RuntimeError as exc:   # a backend that refuses the call
+                                print(f"| {n} | {d} | {causal} | {'fwd+bwd' if train else 'fwd'} | {b} p=0.1 | n/a | | "
+                                      f"{str(exc).splitlines()[0][:60]} | |")
+                    first = statistics.median(timed[(libs[0][0], 0.0)])
+                    for (name, p), times in timed.items():
+                        ms = statistics.median(times)
+                        own = statistics.median(timed[(name, 0.0)]) if (name, 0.0) in timed else first
+                        label = f"{name} p={p}"
+                        rows.append(dict(n=n, d=d, causal=causal, train=train, variant=label, ms=ms, runs=times,
+                                         tflops=flops / ms / 1e9, vs_same_p0=own / ms, vs_first_p0=first / ms))
+                        print(f"| {n} | {d} | {causal} | {'fwd+bwd' if train else 'fwd'} | {label} | {ms:.3f} | "
+                              f"{flops / ms / 1e9:.0f} | {own / ms:.2f}x | {first / ms:.2f}x |", flush=True)
     return rows
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument("--dims", type=int, nargs="+", default=[128], choices=[64, 128])
     parser.add_argument("--kernels", nargs="+", default=["auto"])
+    parser.add_argument("--lib", action="append", default=[], metavar="NAME=PATH",
+                        help="a build of the CUDA library to time (repeatable); default: the loaded one")
+    parser.add_argument("--train-libs", nargs="+", default=None, help="the --lib names timed forward + backward")
+    parser.add_argument("--train-dims", type=int, nargs="+", default=[64, 128], help="the head dims timed forward + backward")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--skip-sdpa", action="store_true")
+    parser.add_argument("--fwd-only", action="store_true")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
+    libs = [tuple(spec.split("=", 1)) for spec in args.lib] or [("ours", None)]
+    train_libs = set(args.train_libs or [name for name, _ in libs])
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
-    rows = {kernel: table(args.sizes, kernel) for kernel in args.kernels}
+    rows = {kernel: table(args.sizes, kernel, args.dims, libs, train_libs, args.train_dims, args.rounds, args.skip_sdpa,
+                    args.fwd_only)
+            for kernel in args.kernels}
     with open(os.path.join(args.out, "dropout_check.json"), "w") as f:
-        json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+        json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, libs=libs, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -212,6 +212,24 @@ def test_forward_and_gradients_match_float64_with_the_same_mask(kernel, dtype, d
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", ["mma", "hopper"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_forward_with_a_64_bit_seed_and_counter_matches_the_mask_kernel(kernel, d):
+    # Both halves of the key and of the counter (offset / 4 >= 2^32) reach the forwards, as they reach the
+    # test-only mask kernel (the other tests' offsets keep the counter's high word at 0).
+    if kernel not in kernels():
+        pytest.skip("kernel='hopper' needs an sm_90 GPU")
+    p, seed, ctr = 0.3, 0xDEAD_BEEF_0123_4567, (5 << 34) + 4 * 3
+    q, k, v = inputs(2, 3, 3, 300, 260, d, torch.bfloat16)
+    out, _ = dropout.attention(q, k, v, p, True, 1 / math.sqrt(d), kernel, seed=seed, offset=ctr)
+    keep = dropout._dropout_mask(2, 3, 300, 260, p, seed, ctr, q.device)
+    ref = dropout.reference(q, k, v, keep, p, True)
+    assert relative_error(out, ref) <= OUT_TOLERANCE[torch.bfloat16]
+    shifted = dropout._dropout_mask(2, 3, 300, 260, p, seed, ctr + 4, q.device)   # the next head's counter
+    assert relative_error(out, dropout.reference(q, k, v, shifted, p, True)) > OUT_TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["mma", "hopper"])
 def test_same_seed_same_bits_other_offset_other_mask(kernel):
     if kernel not in kernels():
         pytest.skip("kernel='hopper' needs an sm_90 GPU")
