@@ -110,14 +110,16 @@ struct BwdConsumer {
         wgmma_commit();
     }
 
-    // S^T = K Q^T and dP^T = V dO^T: two commit groups, so P^T can start while dP^T still runs.
+    // S^T = K Q^T and dP^T = V dO^T: two commit groups, so P^T can start while dP^T still runs. kS, kDp:
+    // which of the two to issue (a partial mask tile at d = 64 issues dP^T after P^T: mask_first).
+    template <bool kS = true, bool kDp = true>
     __device__ __forceinline__ void issue_s_dp(int stage) {
         const uint32_t key_rows = wg * Tr::kKeysPerWG * Tr::kRowBytes, tile = stage * Tr::kQBytes;
-        fence_regs(s);
-        fence_regs(dp);
+        if (kS) fence_regs(s);
+        if (kDp) fence_regs(dp);
         wgmma_fence();
-        issue_over_d(s, smem_addr(sm.k) + key_rows, smem_addr(sm.q) + tile);
-        issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile);
+        if (kS) issue_over_d(s, smem_addr(sm.k) + key_rows, smem_addr(sm.q) + tile);
+        if (kDp) issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile);
     }
 
     // P^T = exp2(S^T * scale log2 e - LSE_log2[query]); a (key, query) pair outside the band gives 0:
@@ -125,8 +127,14 @@ struct BwdConsumer {
     // TMA filled their K and V rows with zeros, so their dK, dV rows (never stored) are all they touch,
     // and dQ gets dS * 0 from them.
     // Varlen: keys past the sequence's len_k are the next sequence's (not TMA's zeros): masked too.
+    // kBandMask, a partial tile (kMask): mask_p.
     template <bool kMask>
-    __device__ __forceinline__ void compute_p(int stage, int n0, int m0, Band band, int len_k) {
+    __device__ __forceinline__ void compute_p(int stage, int n0, int m0, Band band, int len_k,
+                                              const sy_attn_bwd_params &p) {
+        if constexpr (kBand == kBandMask && kMask) {
+            mask_p(stage, n0, m0, p);
+            return;
+        }
         const float *lse = sm.lse + stage * Tr::kBlockM;
         const int key0 = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
         // This lane's key row sees queries key - hi .. key - lo; relative to the tile's first query.
@@ -145,6 +153,41 @@ struct BwdConsumer {
                 tiles(s)[nt][c] = fast_exp2(x * scale_log2 - (c % 2 ? l.y : l.x));
             }
             if (nt % 2 == 1) pack_step(rP[nt / 2], s, nt / 2);   // this tile pair's registers die here
+        }
+    }
+
+    // P^T of a partial attn_mask tile (kBandMask; attention_mask.cuh): each (key, query) reads the mask's
+    // element by strides (b = blockIdx.z, h = blockIdx.y, stride 0 broadcasts), bool -> 0 or -inf, float
+    // m -> m, and P^T = exp2(S^T * scale log2 e + m log2 e - LSE_log2): torch's scale * s + m in log2
+    // units (the forward adds m / scale to raw scores; the same sum, without the division). Keys past Nk
+    // and queries past Nq read nothing (-inf). Everything about the mask comes from the parameters
+    // (constant bank) inside this function: the consumer sits at its 240 registers, and only two key row
+    // addresses and the query stride live across the loop.
+    __device__ __forceinline__ void mask_p(int stage, int n0, int m0, const sy_attn_bwd_params &p) {
+        const float *lse = sm.lse + stage * Tr::kBlockM;
+        const int key0 = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
+        const bool is_bool = p.mask_kind == kMaskBool;
+        const int shift = is_bool ? 0 : 2;   // bytes per element: 1 or 4
+        const char *head = static_cast<const char *>(p.mask) +
+                           ((blockIdx.z * p.mask_strides[0] + blockIdx.y * p.mask_strides[1]) << shift);
+        const char *rows[2] = {head + ((key0 * p.mask_strides[3]) << shift), head + (((key0 + 8) * p.mask_strides[3]) << shift)};
+        const int64_t query_bytes = p.mask_strides[2] << shift;
+#pragma unroll
+        for (int nt = 0; nt < kNTilesM; ++nt) {
+            const int col = nt * 8 + 2 * (lane % 4);
+            const float2 l = *reinterpret_cast<const float2 *>(lse + col);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int query = m0 + col + c % 2, key = key0 + (c / 2) * 8;
+                float m = -INFINITY;
+                if (query < p.seqlen_q && key < p.seqlen_k) {
+                    const char *at = rows[c / 2] + query * query_bytes;
+                    m = is_bool ? (__ldg(reinterpret_cast<const unsigned char *>(at)) ? 0.f : -INFINITY)
+                                : __ldg(reinterpret_cast<const float *>(at));
+                }
+                tiles(s)[nt][c] = fast_exp2(fmaf(tiles(s)[nt][c], scale_log2, m * kLog2e) - (c % 2 ? l.y : l.x));
+            }
+            if (nt % 2 == 1) pack_step(rP[nt / 2], s, nt / 2);
         }
     }
 
@@ -242,11 +285,21 @@ struct BwdConsumer {
                                          const sy_attn_bwd_params &p) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
-        issue_s_dp(stage);
-        wgmma_wait<1>();   // S^T done; dP^T may still run
+        // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
+        // then dP^T and dV): issued together, dP^T's in-flight accumulators left no room for the mask's
+        // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap.
+        constexpr bool kMaskFirst = kBand == kBandMask && kMask && Tr::kHeadDim == 64;
+        if constexpr (kMaskFirst) {
+            issue_s_dp<true, false>(stage);
+            wgmma_wait<0>();
+        } else {
+            issue_s_dp(stage);
+            wgmma_wait<1>();   // S^T done; dP^T may still run
+        }
         fence_regs(s);
-        compute_p<kMask>(stage, n0, m0, band, len_k);
+        compute_p<kMask>(stage, n0, m0, band, len_k, p);
         if constexpr (kDropout) drop_p(p, n0, m0);
+        if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
         issue_head_gemm(dV, rP, sm.dout, stage);   // dV += P^T dO
         wgmma_wait<1>();   // dP^T done; dV may still run
         fence_regs(dp);
@@ -315,7 +368,7 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
     extern __shared__ unsigned char smem_raw[];
     const BwdSmem<Tr> sm(smem_raw);
     // Deterministic with a band: high key blocks first (write_dq says why; never varlen).
-    constexpr bool kReversible = (kMode & 3) != kBandNone && (kMode & kVarlenFlag) == 0;
+    constexpr bool kReversible = ((kMode & 3) == kBandCausal || (kMode & 3) == kBandLocal) && (kMode & kVarlenFlag) == 0;
     const int n_block = kReversible && p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int n0 = n_block * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
     // Varlen: the grid covers max_seqlen_k keys of every sequence; a block past its sequence's keys has
@@ -342,13 +395,15 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             tma_prefetch_map(&tm_k);
             tma_prefetch_map(&tm_v);
             const Sequence seq = sequence_of<kMode>(p, b, band);
-            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
+            const int *list = mask_list<kMode>(p, b, h, n_block);
+            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band, list);
             produce<Tr>(sm, &tm_q, &tm_do, &tm_k, &tm_v, p.lse_log2 + bwd_row_index(p, b, h, 0, rows_per_head),
                         p.delta + bwd_row_index(p, b, h, 0, rows_per_head), n0, h, h / (p.heads_q / p.heads_kv),
-                        seq.map_b, queries.begin, queries.end, seq.q_row0, seq.k_row0);
+                        seq.map_b, queries.begin, queries.end, seq.q_row0, seq.k_row0, list ? list + 1 : nullptr);
         } else if (Tr::kDqViaSmem && (kMode & kVarlenFlag) == 0 && threadIdx.x / 32 == 1) {
             const Sequence seq = sequence_of<kMode>(p, b, band);
-            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
+            const int *list = mask_list<kMode>(p, b, h, n_block);
+            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band, list);
             // Deterministic: the per-tile counters after the tile-major dq_accum (attention_api.h).
             const int tiles_per_head = rows_per_head / Tr::kBlockM;
             int *sems = p.deterministic ? reinterpret_cast<int *>(p.dq_accum + int64_t(p.batch) * p.heads_q *
@@ -356,7 +411,7 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                                               (int64_t(b) * p.heads_q + h) * tiles_per_head
                                         : nullptr;
             write_dq<Tr, kMode>(sm, p.dq_accum + bwd_row_index(p, b, h, 0, rows_per_head) * Tr::kHeadDim, queries.begin,
-                                queries.end, threadIdx.x % 32, sems, n_block, seq);
+                                queries.end, threadIdx.x % 32, sems, n_block, seq, list ? list + 1 : nullptr);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
@@ -372,13 +427,24 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // dq_accum: (B, Hq, Nq, d), varlen (Hq, total_q, d) from the sequence's first row.
         float *gDqHead = p.dq_accum + ((kMode & kVarlenFlag) != 0 ? int64_t(h) * p.seqlen_q + seq.q_row0
                                                                    : bwd_row_index(p, b, h, 0, p.seqlen_q)) * Tr::kHeadDim;
-        const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
+        const int *list = mask_list<kMode>(p, b, h, n_block);
+        const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band, list);
         // Varlen: a block holding the sequence's last, ragged keys masks every tile (the keys after them
         // belong to the next sequence).
         const bool ragged = (kMode & kVarlenFlag) != 0 && n0 + Tr::kBlockN > seq.len_k;
         for (int m = queries.begin; m < queries.end; ++m, ++i) {
-            // Without a band nothing is masked (ragged keys and queries: see query_tiles).
             constexpr int kBand = kMode & 3;
+            if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
+                const int e = __ldg(list + 1 + m);
+                if (MaskWalk::cls(e) == kTileFull)
+                    consumer.template tile<false>(i, MaskWalk::block(e) * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band,
+                                                  seq.len_k, p);
+                else
+                    consumer.template tile<true>(i, MaskWalk::block(e) * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band,
+                                                 seq.len_k, p);
+                continue;
+            }
+            // Without a band nothing is masked (ragged keys and queries: see query_tiles).
             const bool masked = ragged || (kBand == kBandCausal ? m < queries.unmasked_begin
                                           : kBand == kBandLocal && (m < queries.unmasked_begin || m >= queries.unmasked_end));
             if (masked)
@@ -477,6 +543,16 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     // spilled 60-176 bytes; the mma backward serves it (sympathy/attention/cuda.py picks it). At d = 128 it
     // keeps the dQ atomics: with the dQ shares in shared memory the same copy spilled 16-24 bytes, so it
     // has no ordered (deterministic) dQ either, and the mma backward serves deterministic calls.
+    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles; no
+    // band, dropout, varlen or deterministic order (sy_attn_hopper_bwd refuses them).
+    if (p.mask_lists) {
+        const Band none{-(p.seqlen_q + 1), p.seqlen_k};
+        if (p.head_dim == 64)
+            return check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, none, stream)
+                                                                         : kInvalid;
+        return check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN) ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, none, stream)
+                                                                       : kInvalid;
+    }
     if (p.dropout_p > 0.f) {
         if (p.head_dim != 128 || p.deterministic) return kUnsupported;
         return launch_dropout<HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, false>, T>(p, rows_per_head, stream);
@@ -498,7 +574,12 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32) return kUnsupported;
-    if (p.mask || p.mask_lists) return kUnsupported;   // attn_mask: the mma backward's tile lists
+    if (p.mask && !p.mask_lists) return kUnsupported;   // attn_mask: tile by tile only (its lists)
+    // A mask with a band, dropout, varlen or the deterministic order: not instantiated (the mma backward or
+    // the torch-math backward serves them).
+    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window || p.dropout_p != 0.f || p.cu_seqlens_q ||
+                         p.deterministic))
+        return kUnsupported;
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
     if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64)))
         return kUnsupported;
