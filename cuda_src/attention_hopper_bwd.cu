@@ -25,7 +25,7 @@
 // The sm_90a body exists only where the arch-specific features do (as in attention_hopper.cu); the
 // launcher answers SY_EUNSUPPORTED elsewhere, and for the deterministic calls it cannot order (varlen,
 // fp16 at d = 64: the mma backward's separate dQ pass serves those).
-#include "attention_dropout.cuh"     // dropout: the forward's keep-mask, regenerated
+#include "hopper_bwd_dropout.cuh"    // dropout: the forward's keep-mask, regenerated (attention_dropout.cuh), packed
 #include "hopper_bwd_pipeline.cuh"   // traits, shared memory, the producer warpgroup
 #include "softmax.cuh"                // fast_exp2
 
@@ -65,6 +65,9 @@ namespace {
 constexpr int kDropoutFlag = 8;
 
 #ifdef SY_HOPPER_DEVICE_CODE
+// blockIdx.y (kDim 1) or .z (2), read where it is used: a volatile read cannot be hoisted out of the query
+// tile loop, so neither can what is computed from it (dropout's per-head Philox counter: hoisted, its
+// registers lived across the whole loop and pushed the loop bounds to local memory, 16-24 bytes).
 // ---- a consumer warpgroup: 64 keys ------------------------------------------------------------------------
 template <class Tr, typename T, int kMode>
 struct BwdConsumer {
@@ -86,6 +89,8 @@ struct BwdConsumer {
     float s[Tr::kBlockM / 2], dp[Tr::kBlockM / 2];      // S^T then P^T; dP^T then dS^T (64 keys x kBlockM queries)
     uint32_t rP[Tr::kKStepsM][4], rdS[Tr::kKStepsM][4]; // P^T, dS^T as A fragments of dV, dK
     float dq[32];                                       // 64 queries x 64 columns of dQ
+    static constexpr int kKeySpans = Tr::kKStepsM / 2;   // dropout: 32-query spans of keep words a tile
+    uint32_t keep_bits[kKeySpans / 2];                  // dropout: the next tile's keep bits, packed
 
     __device__ BwdConsumer(const BwdSmem<Tr> &sm_, int wg_, float scale)
         : sm(sm_), wg(wg_), warp((threadIdx.x % 128) / 32), lane(threadIdx.x % 32), scale_log2(scale * kLog2e) {
@@ -194,34 +199,49 @@ struct BwdConsumer {
     // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV: the fp32 S^T registers are free once
     // P^T is packed (what lets a 128-query tile fit at d = 64), and dS is then the gradient of the P
     // that dV used. A pair of rP holds tile nt = 2kk + reg / 2, elements 2 (reg % 2) + {0, 1}.
-    __device__ __forceinline__ void compute_ds(int stage) {
+    // Dropout (rp = 1 / (1 - p)): dS^T = P^T o (Z o dP^T rp - D), Z read bit by bit off keep_bits (no
+    // expanded keep words: 8 more registers beside P^T's exponentials, where ptxas moves this work).
+    __device__ __forceinline__ void compute_ds(int stage, float rp = 1.f) {
         const float *delta = sm.delta + stage * Tr::kBlockM;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
             const float2 d = *reinterpret_cast<const float2 *>(delta + nt * 8 + 2 * (lane % 4));
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const float2 pr = MmaOp<T>::unpack((kDropout ? rdS : rP)[nt / 2][(nt % 2) * 2 + half]);   // P, undropped
-                tiles(dp)[nt][2 * half] = pr.x * (tiles(dp)[nt][2 * half] - d.x);
-                tiles(dp)[nt][2 * half + 1] = pr.y * (tiles(dp)[nt][2 * half + 1] - d.y);
+                const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);   // P, undropped (dropout too)
+                float dp0 = tiles(dp)[nt][2 * half], dp1 = tiles(dp)[nt][2 * half + 1];
+                if constexpr (kDropout) {   // register 2 half + c of tile nt
+                    dp0 = keep_bit(keep_bits, nt, 2 * half) ? dp0 * rp : 0.f;
+                    dp1 = keep_bit(keep_bits, nt, 2 * half + 1) ? dp1 * rp : 0.f;
+                }
+                tiles(dp)[nt][2 * half] = pr.x * (dp0 - d.x);
+                tiles(dp)[nt][2 * half + 1] = pr.y * (dp1 - d.y);
             }
             if (nt % 2 == 1) pack_step(rdS[nt / 2], dp, nt / 2);
         }
     }
 
-    // Dropout, once P^T is packed: rdS keeps P (compute_ds reads it there, then overwrites it with dS^T) and
-    // rP becomes P o Z for dV's GEMM (dV is scaled by 1 / (1 - p) at the store). A block's keys are the
-    // grid's (b = blockIdx.z, h = blockIdx.y; no varlen).
-    __device__ __forceinline__ void drop_p(const sy_attn_bwd_params &p, int n0, int m0) {
-        const Dropout d = make_dropout(p, blockIdx.z, blockIdx.y);
-        const int key = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
-        uint4 keep[Tr::kKStepsM / 2];
-        keep_cols_all(keep, d, key, m0, lane);
+    // Dropout: rP (P^T) to P^T o Z, two 16-bit halves a register (keep_bits as compute_ds reads them).
+    __device__ __forceinline__ void drop_packed(uint32_t (&a)[Tr::kKStepsM][4]) {
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsM; ++kk)
 #pragma unroll
-            for (int reg = 0; reg < 4; ++reg) rdS[kk][reg] = rP[kk][reg];
-        dropout_cols_packed(rP, keep);
+            for (int reg = 0; reg < 4; ++reg) {   // tile nt = 2 kk + reg / 2, registers 2 (reg % 2) + {0, 1}
+                const int nt = 2 * kk + reg / 2;
+                a[kk][reg] &= (keep_bit(keep_bits, nt, 2 * (reg % 2)) ? 0x0000FFFFu : 0u) |
+                              (keep_bit(keep_bits, nt, 2 * (reg % 2) + 1) ? 0xFFFF0000u : 0u);
+            }
+    }
+
+    // Dropout: the keep bits of the tile at query m0 (Philox, one call per 16 scores), packed into keep_bits.
+    // Drawn for the next tile at the end of this one, where only dV and dK are live (about 150 registers):
+    // drawn beside S^T and dP^T, or beside P^T's exponentials, they peaked at 234-238 and the loop's own
+    // values went to local memory (8-64 bytes).
+    __device__ __forceinline__ void draw_keep(const sy_attn_bwd_params &p, int n0, int m0) {
+        uint4 keep[kKeySpans];
+        keep_cols_all(keep, make_dropout(p, blockIdx.z, blockIdx.y), n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4,
+                      m0, lane);
+        pack_keep(keep_bits, keep);
     }
 
     // Accumulator n8 tiles 2kk, 2kk+1 -> the k16 A fragment kk (the forward's P conversion).
@@ -289,6 +309,10 @@ struct BwdConsumer {
         // then dP^T and dV): issued together, dP^T's in-flight accumulators left no room for the mask's
         // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap.
         constexpr bool kMaskFirst = kBand == kBandMask && kMask && Tr::kHeadDim == 64;
+        // Dropout: the tile's keep bits were drawn at the end of the previous tile (draw_keep); dS^T is made
+        // from P^T (undropped, in rP) and Z o dP^T / (1 - p), and only then rP becomes P^T o Z for dV
+        // (scaled by 1 / (1 - p) at the store), so no copy of P^T is kept (16 / 32 registers at d = 128 /
+        // 64: beside the dQ shares that copy spilled 16-24 bytes); dV then runs under dS^T's store and barrier.
         if constexpr (kMaskFirst) {
             issue_s_dp<true, false>(stage);
             wgmma_wait<0>();
@@ -298,13 +322,20 @@ struct BwdConsumer {
         }
         fence_regs(s);
         compute_p<kMask>(stage, n0, m0, band, len_k, p);
-        if constexpr (kDropout) drop_p(p, n0, m0);
-        if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
-        issue_head_gemm(dV, rP, sm.dout, stage);   // dV += P^T dO
-        wgmma_wait<1>();   // dP^T done; dV may still run
-        fence_regs(dp);
-        if constexpr (kDropout) dropout_scale_by_packed(tiles(dp), rP, 1.f / (1.f - p.dropout_p));
-        compute_ds(stage);
+        if constexpr (kDropout) {
+            wgmma_wait<0>();   // dP^T done
+            fence_regs(dp);
+            compute_ds(stage, 1.f / (1.f - p.dropout_p));
+            fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
+            drop_packed(rP);
+            issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
+        } else {
+            if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
+            issue_head_gemm(dV, rP, sm.dout, stage);   // dV += P^T dO
+            wgmma_wait<1>();   // dP^T done; dV may still run
+            fence_regs(dp);
+            compute_ds(stage);
+        }
         store_ds(buffer);
         // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
         fence_proxy_async_shared();
@@ -332,6 +363,7 @@ struct BwdConsumer {
             const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
             atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
         }
+        if constexpr (kDropout) draw_keep(p, n0, m0 + Tr::kBlockM);   // under dK's GEMM (dropout: tiles in order)
         wgmma_wait<0>();   // dK done: the stage's Q and dO are free
         fence_regs(dK);
         fence_regs(rdS);
@@ -432,6 +464,7 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // Varlen: a block holding the sequence's last, ragged keys masks every tile (the keys after them
         // belong to the next sequence).
         const bool ragged = (kMode & kVarlenFlag) != 0 && n0 + Tr::kBlockN > seq.len_k;
+        if constexpr ((kMode & kDropoutFlag) != 0) consumer.draw_keep(p, n0, queries.begin * Tr::kBlockM);
         for (int m = queries.begin; m < queries.end; ++m, ++i) {
             constexpr int kBand = kMode & 3;
             if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
@@ -555,7 +588,7 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     }
     if (p.dropout_p > 0.f) {
         if (p.head_dim != 128 || p.deterministic) return kUnsupported;
-        return launch_dropout<HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, false>, T>(p, rows_per_head, stream);
+        return launch_dropout<TraitsD128, T>(p, rows_per_head, stream);
     }
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
