@@ -55,6 +55,11 @@
 #ifndef SY_HOPPER_BWD_DQ_TMA
 #define SY_HOPPER_BWD_DQ_TMA 1
 #endif
+// Dropout's dQ (d = 128): 1 through shared memory as above (and a deterministic order), 0 the atomics
+// (the previous version; for same-run comparisons).
+#ifndef SY_HOPPER_BWD_DROPOUT_TMA
+#define SY_HOPPER_BWD_DROPOUT_TMA SY_HOPPER_BWD_DQ_TMA
+#endif
 
 namespace sy_attn {
 namespace {
@@ -572,10 +577,9 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
     using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
     using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
-    // Dropout at d = 64 is not instantiated: P's second copy (drop_p) over the 128-query tile's registers
-    // spilled 60-176 bytes; the mma backward serves it (sympathy/attention/cuda.py picks it). At d = 128 it
-    // keeps the dQ atomics: with the dQ shares in shared memory the same copy spilled 16-24 bytes, so it
-    // has no ordered (deterministic) dQ either, and the mma backward serves deterministic calls.
+    // Dropout at d = 64 is not instantiated (a copy of P over the 128-query tile's registers spilled 60-176
+    // bytes; the mma backward serves it: sympathy/attention/cuda.py picks it). At d = 128 dQ goes through
+    // shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are served too.
     // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles; no
     // band, dropout, varlen or deterministic order (sy_attn_hopper_bwd refuses them).
     if (p.mask_lists) {
@@ -587,8 +591,9 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
                                                                        : kInvalid;
     }
     if (p.dropout_p > 0.f) {
-        if (p.head_dim != 128 || p.deterministic) return kUnsupported;
-        return launch_dropout<TraitsD128, T>(p, rows_per_head, stream);
+        using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
+        if (p.head_dim != 128 || (p.deterministic && !TraitsDropout::kDqViaSmem)) return kUnsupported;
+        return launch_dropout<TraitsDropout, T>(p, rows_per_head, stream);
     }
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
@@ -614,7 +619,8 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
                          p.deterministic))
         return kUnsupported;
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
-    if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64)))
+    if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
+                            (p.dropout_p != 0.f && !SY_HOPPER_BWD_DROPOUT_TMA)))
         return kUnsupported;
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
