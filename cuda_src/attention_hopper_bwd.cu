@@ -65,12 +65,14 @@ namespace sy_attn {
 namespace {
 
 // kDropoutFlag, beside the band's bits and kVarlenFlag (hopper_bwd_pipeline.cuh): dropout (p.dropout_p,
-// attention_dropout.cuh), instantiated with kBandNone and kBandCausal only, d = 128:
-// dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D); the keep bits drawn by two producer warps
-// (hopper_bwd_dropout.cuh produce_keep).
+// attention_dropout.cuh), instantiated with kBandNone and kBandCausal only:
+// dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
 constexpr int kDropoutFlag = 8;
 
 #ifdef SY_HOPPER_DEVICE_CODE
+// blockIdx.y (kDim 1) or .z (2), read where it is used: a volatile read cannot be hoisted out of the query
+// tile loop, so neither can what is computed from it (dropout's per-head Philox counter: hoisted, its
+// registers lived across the whole loop and pushed the loop bounds to local memory, 16-24 bytes).
 // ---- a consumer warpgroup: 64 keys ------------------------------------------------------------------------
 template <class Tr, typename T, int kMode>
 struct BwdConsumer {
@@ -92,7 +94,8 @@ struct BwdConsumer {
     float s[Tr::kBlockM / 2], dp[Tr::kBlockM / 2];      // S^T then P^T; dP^T then dS^T (64 keys x kBlockM queries)
     uint32_t rP[Tr::kKStepsM][4], rdS[Tr::kKStepsM][4]; // P^T, dS^T as A fragments of dV, dK
     float dq[32];                                       // 64 queries x 64 columns of dQ
-    uint32_t keep_bits[1];                              // dropout: the tile's keep bits, packed (produce_keep)
+    static constexpr int kKeySpans = Tr::kKStepsM / 2;   // dropout: 32-query spans of keep words a tile
+    uint32_t keep_bits[kKeySpans / 2];                  // dropout: the next tile's keep bits, packed
 
     __device__ BwdConsumer(const BwdSmem<Tr> &sm_, int wg_, float scale)
         : sm(sm_), wg(wg_), warp((threadIdx.x % 128) / 32), lane(threadIdx.x % 32), scale_log2(scale * kLog2e) {
@@ -235,6 +238,17 @@ struct BwdConsumer {
             }
     }
 
+    // Dropout: the keep bits of the tile at query m0 (Philox, one call per 16 scores), packed into keep_bits.
+    // Drawn for the next tile at the end of this one, where only dV and dK are live (about 150 registers):
+    // drawn beside S^T and dP^T, or beside P^T's exponentials, they peaked at 234-238 and the loop's own
+    // values went to local memory (8-64 bytes).
+    __device__ __forceinline__ void draw_keep(const sy_attn_bwd_params &p, int n0, int m0) {
+        uint4 keep[kKeySpans];
+        keep_cols_all(keep, make_dropout(p, blockIdx.z, blockIdx.y), n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4,
+                      m0, lane);
+        pack_keep(keep_bits, keep);
+    }
+
     // Accumulator n8 tiles 2kk, 2kk+1 -> the k16 A fragment kk (the forward's P conversion).
     static __device__ __forceinline__ void pack_step(uint32_t (&a)[4], float (&acc)[Tr::kBlockM / 2], int kk) {
         a[0] = MmaOp<T>::pack(tiles(acc)[2 * kk][0], tiles(acc)[2 * kk][1]);
@@ -300,10 +314,10 @@ struct BwdConsumer {
         // then dP^T and dV): issued together, dP^T's in-flight accumulators left no room for the mask's
         // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap.
         constexpr bool kMaskFirst = kBand == kBandMask && kMask && Tr::kHeadDim == 64;
-        // Dropout: the tile's keep bits come packed from shared memory (produce_keep: no Philox here); dS^T is
-        // made from P^T (undropped, in rP) and Z o dP^T / (1 - p), and only then rP becomes P^T o Z for dV
-        // (scaled by 1 / (1 - p) at the store), so no copy of P^T is kept (16 registers: beside the dQ
-        // shares that copy spilled 16-24 bytes); dV then runs under dS^T's store and barrier.
+        // Dropout: the tile's keep bits were drawn at the end of the previous tile (draw_keep); dS^T is made
+        // from P^T (undropped, in rP) and Z o dP^T / (1 - p), and only then rP becomes P^T o Z for dV
+        // (scaled by 1 / (1 - p) at the store), so no copy of P^T is kept (16 / 32 registers at d = 128 /
+        // 64: beside the dQ shares that copy spilled 16-24 bytes); dV then runs under dS^T's store and barrier.
         if constexpr (kMaskFirst) {
             issue_s_dp<true, false>(stage);
             wgmma_wait<0>();
@@ -314,9 +328,6 @@ struct BwdConsumer {
         fence_regs(s);
         compute_p<kMask>(stage, n0, m0, band, len_k, p);
         if constexpr (kDropout) {
-            static_assert(Tr::kKeepViaSmem, "dropout's keep bits come from produce_keep");
-            mbar_wait(smem_addr(&sm.bars->keep_full[stage]), (i / Tr::kStages) & 1);
-            keep_bits[0] = sm.keep()[stage * Tr::kKeepWords + threadIdx.x - 128];
             wgmma_wait<0>();   // dP^T done
             fence_regs(dp);
             compute_ds(stage, 1.f / (1.f - p.dropout_p));
@@ -357,6 +368,7 @@ struct BwdConsumer {
             const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
             atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
         }
+        if constexpr (kDropout) draw_keep(p, n0, m0 + Tr::kBlockM);   // under dK's GEMM (dropout: tiles in order)
         wgmma_wait<0>();   // dK done: the stage's Q and dO are free
         fence_regs(dK);
         fence_regs(rdS);
@@ -406,7 +418,6 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         for (int s = 0; s < Tr::kStages; ++s) {
             mbar_init(smem_addr(&bar.q_full[s]), 1);   // the producer's expect_tx arrival; the bytes complete it
             mbar_init(smem_addr(&bar.q_empty[s]), 128 * Tr::kConsumerWGs);
-            if (Tr::kKeepViaSmem) mbar_init(smem_addr(&bar.keep_full[s]), 64);   // produce_keep's two warps
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -438,11 +449,6 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                                         : nullptr;
             write_dq<Tr, kMode>(sm, p.dq_accum + bwd_row_index(p, b, h, 0, rows_per_head) * Tr::kHeadDim, queries.begin,
                                 queries.end, threadIdx.x % 32, sems, n_block, seq, list ? list + 1 : nullptr);
-        } else if (Tr::kKeepViaSmem && threadIdx.x / 32 >= 2) {   // dropout: warps 2, 3 draw the keep bits
-            const Sequence seq = sequence_of<kMode>(p, b, band);
-            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band, nullptr);
-            produce_keep<Tr>(sm, make_dropout(p, b, h), n0, queries.begin, queries.end, threadIdx.x / 32 - 2,
-                             threadIdx.x % 32);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
@@ -463,6 +469,7 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // Varlen: a block holding the sequence's last, ragged keys masks every tile (the keys after them
         // belong to the next sequence).
         const bool ragged = (kMode & kVarlenFlag) != 0 && n0 + Tr::kBlockN > seq.len_k;
+        if constexpr ((kMode & kDropoutFlag) != 0) consumer.draw_keep(p, n0, queries.begin * Tr::kBlockM);
         for (int m = queries.begin; m < queries.end; ++m, ++i) {
             constexpr int kBand = kMode & 3;
             if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
@@ -584,7 +591,7 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
                                                                        : kInvalid;
     }
     if (p.dropout_p > 0.f) {
-        using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0, true>;
+        using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
         if (p.head_dim != 128 || (p.deterministic && !TraitsDropout::kDqViaSmem)) return kUnsupported;
         return launch_dropout<TraitsDropout, T>(p, rows_per_head, stream);
     }

@@ -1,18 +1,15 @@
-// The hopper backward's dropout keep bits (attention_hopper_bwd.cu): drawn by two idle warps of the producer
-// warpgroup (produce_keep) into shared memory, one packed word per consumer thread and tile, read by the
-// consumers bit by bit. keep_cols (attention_dropout.cuh) leaves each score's bit as the top bit of a byte,
-// 4 scores a word: a thread's 32 scores of a 64-query tile take 8 registers; packed, one.
+// The hopper backward's dropout keep bits (attention_hopper_bwd.cu) held one bit per score between the
+// Philox call and their use: keep_cols (attention_dropout.cuh) leaves each score's bit as the top bit of a
+// byte, 4 scores a word, so a thread's 32 scores of a 64-query tile take 8 registers; packed, one.
 //
-// Hardware facts served: the consumer warpgroups sit at their register limit (dV, dK: 128; S^T, dP^T: 64;
-// the unmasked kernel peaks at 232), and Philox drawn there (8 keep words live across P^T's
-// exponentials, ptxas interleaving both) sent the loop's own values to local memory (8-64 bytes in the
-// versions tried); Philox is also integer-multiply issue work that the consumers' softmax competes for,
-// while three of the producer warpgroup's four warps were idle. A multiply gathers four bytes' bits into
-// a nibble (no carries: every partial product lands on a bit of its own), 3 instructions a word.
+// Hardware fact served: the consumer warpgroups sit at their 240 registers (dV, dK: 128; S^T, dP^T: 64),
+// and the keep words live across P^T's exponentials, where the unmasked kernel already peaks at 232;
+// with 8 words there the loop's own values went to local memory (8-28 bytes). A multiply gathers four
+// bytes' bits into a nibble (no carries: every partial product lands on a bit of its own), 3 instructions
+// a word; each use then tests its bit.
 #pragma once
 
 #include "attention_dropout.cuh"
-#include "hopper_bwd_pipeline.cuh"
 
 namespace sy_attn {
 
@@ -42,41 +39,5 @@ __device__ __forceinline__ bool keep_bit(const uint32_t (&bits)[kRegs], int nt, 
     const int span = nt / 4;
     return (bits[span / 2] >> (16 * (span % 2) + 4 * cols_word(nt % 4, r) + cols_byte(nt % 4, r))) & 1u;
 }
-
-#ifdef SY_HOPPER_DEVICE_CODE
-// Two idle warps of the producer warpgroup (warps 2 and 3) draw every tile's keep bits into shared memory,
-// so the consumers pay no Philox at all: each stands in for one consumer warpgroup's four warps in turn
-// (same lanes, so keep_cols's lane pairs and shuffles are the consumers' own) and stores each consumer
-// thread's packed word where that thread reads it. A stage's words are written once the consumers have
-// freed it (q_empty, as for the copies) and published by keep_full (64 arrivals: release, the consumers'
-// wait acquires). Hardware fact: Philox is integer multiplies (the consumers' FMA/ALU issue slots, which
-// the softmax already fills); these warps' issue slots are otherwise idle.
-template <class Tr>
-__device__ __forceinline__ void produce_keep(const BwdSmem<Tr> &sm, const Dropout &d, int n0, int m_first, int m_total,
-                                             int wg, int lane) {
-    constexpr int kSpans = Tr::kKStepsM / 2;
-    BwdBarriers<Tr> &bar = *sm.bars;
-    const int key0 = n0 + wg * Tr::kKeysPerWG + lane / 4;
-    uint32_t *words0 = sm.keep() + wg * 128 + lane;
-    for (int m = m_first, i = 0; m < m_total; ++m, ++i) {
-        const int stage = i % Tr::kStages;
-        mbar_wait(smem_addr(&bar.q_empty[stage]), ((i / Tr::kStages) & 1) ^ 1);
-        uint32_t *words = words0 + stage * Tr::kKeepWords;
-        // One Philox call at a time (a span of one consumer warp): these warps run at kProducerRegs.
-#pragma unroll 1
-        for (int warp = 0; warp < 4; ++warp) {
-            uint32_t word = 0;
-#pragma unroll 1
-            for (int span = 0; span < kSpans; ++span) {
-                const uint4 k = keep_cols(d, key0 + warp * 16, m * Tr::kBlockM + 32 * span, lane);
-                word |= (keep_nibble(k.x) | keep_nibble(k.y) << 4 | keep_nibble(k.z) << 8 | keep_nibble(k.w) << 12)
-                        << (16 * span);   // pack_keep's layout
-            }
-            words[warp * 32] = word;
-        }
-        mbar_arrive(smem_addr(&bar.keep_full[stage]));
-    }
-}
-#endif  // SY_HOPPER_DEVICE_CODE
 
 }  // namespace sy_attn

@@ -22,7 +22,7 @@ constexpr int kVarlenFlag = 4;
 // thread, d = 128: dV, dK 64 fp32 each, S^T, dP^T 32 each, P^T, dS^T 16 b32 each, dQ 32; d = 64: dV,
 // dK 32, S^T, dP^T 64, P^T, dS^T 32, dQ 32. setmaxnreg gives 240; ptxas -v: no spill. Against 64-query
 // tiles at d = 64 the 128-query ones measured 1.1-1.2x (half the tiles, barriers and dQ adds per key).
-template <int kHeadDim_, int kStages_, bool kDqViaSmem_, bool kKeepViaSmem_ = false>
+template <int kHeadDim_, int kStages_, bool kDqViaSmem_>
 struct HopperBwdTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kConsumerWGs = 2;
@@ -48,11 +48,6 @@ struct HopperBwdTraits {
     static constexpr bool kDqViaSmem = kDqViaSmem_;   // SY_HOPPER_BWD_DQ_TMA
     static constexpr int kDqShareFloats = 64 * 64;                    // = kBlockM * kHeadDim / kConsumerWGs
     static constexpr int kDqSmemBytes = kDqViaSmem ? kConsumerWGs * kDqShareFloats * 4 : 0;
-    // Dropout's keep bits drawn by two idle warps of the producer warpgroup (produce_keep): per stage one
-    // packed word per consumer thread (hopper_bwd_dropout.cuh), after the barriers.
-    static constexpr bool kKeepViaSmem = kKeepViaSmem_;
-    static constexpr int kKeepWords = 128 * kConsumerWGs;
-    static constexpr int kKeepBytes = kKeepViaSmem ? kStages * kKeepWords * 4 : 0;
 
     static constexpr int kKVBytes = kBlockN * kHeadDim * 2;     // K or V
     static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
@@ -64,17 +59,14 @@ struct HopperBwdTraits {
     // 1024 bytes of slack to align the swizzle atoms; two dS^T buffers (a warpgroup may store tile i+1's
     // while the other still reads tile i's); 256 bytes of barriers.
     static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes + kDqSmemBytes +
-                                      2 * kStages * kVecBytes + 256 + kKeepBytes;
+                                      2 * kStages * kVecBytes + 256;
 
-    // With produce_keep (Philox: 10 rounds of 64-bit products on a 4-word state) the producer warpgroup
-    // needs more than 24: 8 of each consumer's (whose Philox moved out) go to it; the pool is 168 x 384.
-    static constexpr int kProducerRegs = kKeepViaSmem ? 40 : 24;
-    static constexpr int kConsumerRegs = kKeepViaSmem ? 232 : 240;
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
 
     static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
     static_assert(kStages >= 2, "one query tile must load while another is computed on");
     static_assert(kSmemBytes <= 227 * 1024, "sm_90 gives a block at most 227 KiB of shared memory");
-    static_assert(!kKeepViaSmem || kHeadDim == 128, "one packed keep word per thread: 64-query tiles");
     static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file");
     static_assert(SY_ATTN_BWD_ROW_ALIGN % kBlockM == 0, "the padded LSE and D rows cover whole query tiles");
     static_assert(kBlockM * kHeadDim == kConsumerWGs * kDqShareFloats, "a dQ share is 64 x 64");
@@ -90,7 +82,6 @@ template <class Tr>
 struct BwdBarriers {
     uint64_t kv_full;                                // K and V of the block
     uint64_t q_full[Tr::kStages], q_empty[Tr::kStages];   // Q, dO, LSE, D of a query tile
-    uint64_t keep_full[Tr::kStages];                     // dropout: the tile's keep bits (kKeepViaSmem)
 };
 
 template <class Tr>
@@ -104,10 +95,6 @@ struct BwdSmem {
     // [kConsumerWGs][8][128 threads][4]: the dQ shares (SY_HOPPER_BWD_DQ_TMA), after dS^T (computed, not
     // a member: the consumers keep the members in registers).
     __device__ __forceinline__ float *dq() const { return reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes); }
-    // [kStages][kKeepWords]: dropout's packed keep words (kKeepViaSmem), after the barriers.
-    __device__ __forceinline__ uint32_t *keep() const {
-        return reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(bars) + 256);
-    }
 
     __device__ explicit BwdSmem(unsigned char *raw) {
         unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
