@@ -26,6 +26,7 @@
 // launcher answers SY_EUNSUPPORTED elsewhere, and for the deterministic calls it cannot order (varlen,
 // fp16 at d = 64: the mma backward's separate dQ pass serves those).
 #include "hopper_bwd_dropout.cuh"    // dropout: the forward's keep-mask, regenerated (attention_dropout.cuh), packed
+#include "hopper_bwd_mask.cuh"       // kBandMask: a partial attn_mask tile's P^T
 #include "hopper_bwd_pipeline.cuh"   // traits, shared memory, the producer warpgroup
 #include "softmax.cuh"                // fast_exp2
 
@@ -166,39 +167,10 @@ struct BwdConsumer {
         }
     }
 
-    // P^T of a partial attn_mask tile (kBandMask; attention_mask.cuh): each (key, query) reads the mask's
-    // element by strides (b = blockIdx.z, h = blockIdx.y, stride 0 broadcasts), bool -> 0 or -inf, float
-    // m -> m, and P^T = exp2(S^T * scale log2 e + m log2 e - LSE_log2): torch's scale * s + m in log2
-    // units (the forward adds m / scale to raw scores; the same sum, without the division). Keys past Nk
-    // and queries past Nq read nothing (-inf). Everything about the mask comes from the parameters
-    // (constant bank) inside this function: the consumer sits at its 240 registers, and only two key row
-    // addresses and the query stride live across the loop.
+    // P^T of a partial attn_mask tile (kBandMask): hopper_bwd_mask.cuh.
     __device__ __forceinline__ void mask_p(int stage, int n0, int m0, const sy_attn_bwd_params &p) {
-        const float *lse = sm.lse + stage * Tr::kBlockM;
-        const int key0 = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
-        const bool is_bool = p.mask_kind == kMaskBool;
-        const int shift = is_bool ? 0 : 2;   // bytes per element: 1 or 4
-        const char *head = static_cast<const char *>(p.mask) +
-                           ((blockIdx.z * p.mask_strides[0] + blockIdx.y * p.mask_strides[1]) << shift);
-        const char *rows[2] = {head + ((key0 * p.mask_strides[3]) << shift), head + (((key0 + 8) * p.mask_strides[3]) << shift)};
-        const int64_t query_bytes = p.mask_strides[2] << shift;
-#pragma unroll
-        for (int nt = 0; nt < kNTilesM; ++nt) {
-            const int col = nt * 8 + 2 * (lane % 4);
-            const float2 l = *reinterpret_cast<const float2 *>(lse + col);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int query = m0 + col + c % 2, key = key0 + (c / 2) * 8;
-                float m = -INFINITY;
-                if (query < p.seqlen_q && key < p.seqlen_k) {
-                    const char *at = rows[c / 2] + query * query_bytes;
-                    m = is_bool ? (__ldg(reinterpret_cast<const unsigned char *>(at)) ? 0.f : -INFINITY)
-                                : __ldg(reinterpret_cast<const float *>(at));
-                }
-                tiles(s)[nt][c] = fast_exp2(fmaf(tiles(s)[nt][c], scale_log2, m * kLog2e) - (c % 2 ? l.y : l.x));
-            }
-            if (nt % 2 == 1) pack_step(rP[nt / 2], s, nt / 2);
-        }
+        masked_p_tile(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane,
+                      scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
     }
 
     // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV: the fp32 S^T registers are free once
@@ -224,18 +196,6 @@ struct BwdConsumer {
             }
             if (nt % 2 == 1) pack_step(rdS[nt / 2], dp, nt / 2);
         }
-    }
-
-    // Dropout: rP (P^T) to P^T o Z, two 16-bit halves a register (keep_bits as compute_ds reads them).
-    __device__ __forceinline__ void drop_packed(uint32_t (&a)[Tr::kKStepsM][4]) {
-#pragma unroll
-        for (int kk = 0; kk < Tr::kKStepsM; ++kk)
-#pragma unroll
-            for (int reg = 0; reg < 4; ++reg) {   // tile nt = 2 kk + reg / 2, registers 2 (reg % 2) + {0, 1}
-                const int nt = 2 * kk + reg / 2;
-                a[kk][reg] &= (keep_bit(keep_bits, nt, 2 * (reg % 2)) ? 0x0000FFFFu : 0u) |
-                              (keep_bit(keep_bits, nt, 2 * (reg % 2) + 1) ? 0xFFFF0000u : 0u);
-            }
     }
 
     // Dropout: the keep bits of the tile at query m0 (Philox, one call per 16 scores), packed into keep_bits.
@@ -332,7 +292,7 @@ struct BwdConsumer {
             fence_regs(dp);
             compute_ds(stage, 1.f / (1.f - p.dropout_p));
             fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
-            drop_packed(rP);
+            drop_packed(rP, keep_bits);
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);

@@ -40,4 +40,18 @@ __device__ __forceinline__ bool keep_bit(const uint32_t (&bits)[kRegs], int nt, 
     return (bits[span / 2] >> (16 * (span % 2) + 4 * cols_word(nt % 4, r) + cols_byte(nt % 4, r))) & 1u;
 }
 
+// A fragments of P^T (k16 step kk: n8 tiles 2 kk + reg / 2, fp32 registers 2 (reg % 2) + {0, 1} as the
+// 16-bit halves) to P^T o Z, two scores a register, off pack_keep's bits (keep_bit).
+template <int kSteps, int kRegs>
+__device__ __forceinline__ void drop_packed(uint32_t (&a)[kSteps][4], const uint32_t (&bits)[kRegs]) {
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk)
+#pragma unroll
+        for (int reg = 0; reg < 4; ++reg) {
+            const int nt = 2 * kk + reg / 2;
+            a[kk][reg] &= (keep_bit(bits, nt, 2 * (reg % 2)) ? 0x0000FFFFu : 0u) |
+                          (keep_bit(bits, nt, 2 * (reg % 2) + 1) ? 0xFFFF0000u : 0u);
+        }
+}
+
 }  // namespace sy_attn
