@@ -25,7 +25,8 @@
 // The sm_90a body exists only where the arch-specific features do (as in attention_hopper.cu); the
 // launcher answers SY_EUNSUPPORTED elsewhere, and for the deterministic calls it cannot order (varlen,
 // fp16 at d = 64: the mma backward's separate dQ pass serves those).
-#include "attention_dropout.cuh"     // dropout: the forward's keep-mask, regenerated
+#include "hopper_bwd_dropout.cuh"    // dropout: the forward's keep-mask, regenerated (attention_dropout.cuh), packed
+#include "hopper_bwd_mask.cuh"       // kBandMask: a partial attn_mask tile's P^T
 #include "hopper_bwd_pipeline.cuh"   // traits, shared memory, the producer warpgroup
 #include "softmax.cuh"                // fast_exp2
 
@@ -55,6 +56,11 @@
 #ifndef SY_HOPPER_BWD_DQ_TMA
 #define SY_HOPPER_BWD_DQ_TMA 1
 #endif
+// Dropout's dQ (d = 128): 1 through shared memory as above (and a deterministic order), 0 the atomics
+// (the previous version; for same-run comparisons).
+#ifndef SY_HOPPER_BWD_DROPOUT_TMA
+#define SY_HOPPER_BWD_DROPOUT_TMA SY_HOPPER_BWD_DQ_TMA
+#endif
 
 namespace sy_attn {
 namespace {
@@ -65,6 +71,9 @@ namespace {
 constexpr int kDropoutFlag = 8;
 
 #ifdef SY_HOPPER_DEVICE_CODE
+// blockIdx.y (kDim 1) or .z (2), read where it is used: a volatile read cannot be hoisted out of the query
+// tile loop, so neither can what is computed from it (dropout's per-head Philox counter: hoisted, its
+// registers lived across the whole loop and pushed the loop bounds to local memory, 16-24 bytes).
 // ---- a consumer warpgroup: 64 keys ------------------------------------------------------------------------
 template <class Tr, typename T, int kMode>
 struct BwdConsumer {
@@ -86,6 +95,8 @@ struct BwdConsumer {
     float s[Tr::kBlockM / 2], dp[Tr::kBlockM / 2];      // S^T then P^T; dP^T then dS^T (64 keys x kBlockM queries)
     uint32_t rP[Tr::kKStepsM][4], rdS[Tr::kKStepsM][4]; // P^T, dS^T as A fragments of dV, dK
     float dq[32];                                       // 64 queries x 64 columns of dQ
+    static constexpr int kKeySpans = Tr::kKStepsM / 2;   // dropout: 32-query spans of keep words a tile
+    uint32_t keep_bits[kKeySpans / 2];                  // dropout: the next tile's keep bits, packed
 
     __device__ BwdConsumer(const BwdSmem<Tr> &sm_, int wg_, float scale)
         : sm(sm_), wg(wg_), warp((threadIdx.x % 128) / 32), lane(threadIdx.x % 32), scale_log2(scale * kLog2e) {
@@ -110,14 +121,16 @@ struct BwdConsumer {
         wgmma_commit();
     }
 
-    // S^T = K Q^T and dP^T = V dO^T: two commit groups, so P^T can start while dP^T still runs.
+    // S^T = K Q^T and dP^T = V dO^T: two commit groups, so P^T can start while dP^T still runs. kS, kDp:
+    // which of the two to issue (a partial mask tile at d = 64 issues dP^T after P^T: mask_first).
+    template <bool kS = true, bool kDp = true>
     __device__ __forceinline__ void issue_s_dp(int stage) {
         const uint32_t key_rows = wg * Tr::kKeysPerWG * Tr::kRowBytes, tile = stage * Tr::kQBytes;
-        fence_regs(s);
-        fence_regs(dp);
+        if (kS) fence_regs(s);
+        if (kDp) fence_regs(dp);
         wgmma_fence();
-        issue_over_d(s, smem_addr(sm.k) + key_rows, smem_addr(sm.q) + tile);
-        issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile);
+        if (kS) issue_over_d(s, smem_addr(sm.k) + key_rows, smem_addr(sm.q) + tile);
+        if (kDp) issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile);
     }
 
     // P^T = exp2(S^T * scale log2 e - LSE_log2[query]); a (key, query) pair outside the band gives 0:
@@ -125,8 +138,14 @@ struct BwdConsumer {
     // TMA filled their K and V rows with zeros, so their dK, dV rows (never stored) are all they touch,
     // and dQ gets dS * 0 from them.
     // Varlen: keys past the sequence's len_k are the next sequence's (not TMA's zeros): masked too.
+    // kBandMask, a partial tile (kMask): mask_p.
     template <bool kMask>
-    __device__ __forceinline__ void compute_p(int stage, int n0, int m0, Band band, int len_k) {
+    __device__ __forceinline__ void compute_p(int stage, int n0, int m0, Band band, int len_k,
+                                              const sy_attn_bwd_params &p) {
+        if constexpr (kBand == kBandMask && kMask) {
+            mask_p(stage, n0, m0, p);
+            return;
+        }
         const float *lse = sm.lse + stage * Tr::kBlockM;
         const int key0 = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
         // This lane's key row sees queries key - hi .. key - lo; relative to the tile's first query.
@@ -148,37 +167,46 @@ struct BwdConsumer {
         }
     }
 
+    // P^T of a partial attn_mask tile (kBandMask): hopper_bwd_mask.cuh.
+    __device__ __forceinline__ void mask_p(int stage, int n0, int m0, const sy_attn_bwd_params &p) {
+        masked_p_tile(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane,
+                      scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
+    }
+
     // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV: the fp32 S^T registers are free once
     // P^T is packed (what lets a 128-query tile fit at d = 64), and dS is then the gradient of the P
     // that dV used. A pair of rP holds tile nt = 2kk + reg / 2, elements 2 (reg % 2) + {0, 1}.
-    __device__ __forceinline__ void compute_ds(int stage) {
+    // Dropout (rp = 1 / (1 - p)): dS^T = P^T o (Z o dP^T rp - D), Z read bit by bit off keep_bits (no
+    // expanded keep words: 8 more registers beside P^T's exponentials, where ptxas moves this work).
+    __device__ __forceinline__ void compute_ds(int stage, float rp = 1.f) {
         const float *delta = sm.delta + stage * Tr::kBlockM;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
             const float2 d = *reinterpret_cast<const float2 *>(delta + nt * 8 + 2 * (lane % 4));
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const float2 pr = MmaOp<T>::unpack((kDropout ? rdS : rP)[nt / 2][(nt % 2) * 2 + half]);   // P, undropped
-                tiles(dp)[nt][2 * half] = pr.x * (tiles(dp)[nt][2 * half] - d.x);
-                tiles(dp)[nt][2 * half + 1] = pr.y * (tiles(dp)[nt][2 * half + 1] - d.y);
+                const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);   // P, undropped (dropout too)
+                float dp0 = tiles(dp)[nt][2 * half], dp1 = tiles(dp)[nt][2 * half + 1];
+                if constexpr (kDropout) {   // register 2 half + c of tile nt
+                    dp0 = keep_bit(keep_bits, nt, 2 * half) ? dp0 * rp : 0.f;
+                    dp1 = keep_bit(keep_bits, nt, 2 * half + 1) ? dp1 * rp : 0.f;
+                }
+                tiles(dp)[nt][2 * half] = pr.x * (dp0 - d.x);
+                tiles(dp)[nt][2 * half + 1] = pr.y * (dp1 - d.y);
             }
             if (nt % 2 == 1) pack_step(rdS[nt / 2], dp, nt / 2);
         }
     }
 
-    // Dropout, once P^T is packed: rdS keeps P (compute_ds reads it there, then overwrites it with dS^T) and
-    // rP becomes P o Z for dV's GEMM (dV is scaled by 1 / (1 - p) at the store). A block's keys are the
-    // grid's (b = blockIdx.z, h = blockIdx.y; no varlen).
-    __device__ __forceinline__ void drop_p(const sy_attn_bwd_params &p, int n0, int m0) {
-        const Dropout d = make_dropout(p, blockIdx.z, blockIdx.y);
-        const int key = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
-        uint4 keep[Tr::kKStepsM / 2];
-        keep_cols_all(keep, d, key, m0, lane);
-#pragma unroll
-        for (int kk = 0; kk < Tr::kKStepsM; ++kk)
-#pragma unroll
-            for (int reg = 0; reg < 4; ++reg) rdS[kk][reg] = rP[kk][reg];
-        dropout_cols_packed(rP, keep);
+    // Dropout: the keep bits of the tile at query m0 (Philox, one call per 16 scores), packed into keep_bits.
+    // Drawn for the next tile at the end of this one, where only dV and dK are live (about 150 registers):
+    // drawn beside S^T and dP^T, or beside P^T's exponentials, they peaked at 234-238 and the loop's own
+    // values went to local memory (8-64 bytes).
+    __device__ __forceinline__ void draw_keep(const sy_attn_bwd_params &p, int n0, int m0) {
+        uint4 keep[kKeySpans];
+        keep_cols_all(keep, make_dropout(p, blockIdx.z, blockIdx.y), n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4,
+                      m0, lane);
+        pack_keep(keep_bits, keep);
     }
 
     // Accumulator n8 tiles 2kk, 2kk+1 -> the k16 A fragment kk (the forward's P conversion).
@@ -242,16 +270,37 @@ struct BwdConsumer {
                                          const sy_attn_bwd_params &p) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
-        issue_s_dp(stage);
-        wgmma_wait<1>();   // S^T done; dP^T may still run
+        // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
+        // then dP^T and dV): issued together, dP^T's in-flight accumulators left no room for the mask's
+        // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap.
+        constexpr bool kMaskFirst = kBand == kBandMask && kMask && Tr::kHeadDim == 64;
+        // Dropout: the tile's keep bits were drawn at the end of the previous tile (draw_keep); dS^T is made
+        // from P^T (undropped, in rP) and Z o dP^T / (1 - p), and only then rP becomes P^T o Z for dV
+        // (scaled by 1 / (1 - p) at the store), so no copy of P^T is kept (16 / 32 registers at d = 128 /
+        // 64: beside the dQ shares that copy spilled 16-24 bytes); dV then runs under dS^T's store and barrier.
+        if constexpr (kMaskFirst) {
+            issue_s_dp<true, false>(stage);
+            wgmma_wait<0>();
+        } else {
+            issue_s_dp(stage);
+            wgmma_wait<1>();   // S^T done; dP^T may still run
+        }
         fence_regs(s);
-        compute_p<kMask>(stage, n0, m0, band, len_k);
-        if constexpr (kDropout) drop_p(p, n0, m0);
-        issue_head_gemm(dV, rP, sm.dout, stage);   // dV += P^T dO
-        wgmma_wait<1>();   // dP^T done; dV may still run
-        fence_regs(dp);
-        if constexpr (kDropout) dropout_scale_by_packed(tiles(dp), rP, 1.f / (1.f - p.dropout_p));
-        compute_ds(stage);
+        compute_p<kMask>(stage, n0, m0, band, len_k, p);
+        if constexpr (kDropout) {
+            wgmma_wait<0>();   // dP^T done
+            fence_regs(dp);
+            compute_ds(stage, 1.f / (1.f - p.dropout_p));
+            fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
+            drop_packed(rP, keep_bits);
+            issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
+        } else {
+            if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
+            issue_head_gemm(dV, rP, sm.dout, stage);   // dV += P^T dO
+            wgmma_wait<1>();   // dP^T done; dV may still run
+            fence_regs(dp);
+            compute_ds(stage);
+        }
         store_ds(buffer);
         // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
         fence_proxy_async_shared();
@@ -279,6 +328,7 @@ struct BwdConsumer {
             const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
             atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
         }
+        if constexpr (kDropout) draw_keep(p, n0, m0 + Tr::kBlockM);   // under dK's GEMM (dropout: tiles in order)
         wgmma_wait<0>();   // dK done: the stage's Q and dO are free
         fence_regs(dK);
         fence_regs(rdS);
@@ -315,7 +365,7 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
     extern __shared__ unsigned char smem_raw[];
     const BwdSmem<Tr> sm(smem_raw);
     // Deterministic with a band: high key blocks first (write_dq says why; never varlen).
-    constexpr bool kReversible = (kMode & 3) != kBandNone && (kMode & kVarlenFlag) == 0;
+    constexpr bool kReversible = ((kMode & 3) == kBandCausal || (kMode & 3) == kBandLocal) && (kMode & kVarlenFlag) == 0;
     const int n_block = kReversible && p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int n0 = n_block * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
     // Varlen: the grid covers max_seqlen_k keys of every sequence; a block past its sequence's keys has
@@ -342,13 +392,15 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             tma_prefetch_map(&tm_k);
             tma_prefetch_map(&tm_v);
             const Sequence seq = sequence_of<kMode>(p, b, band);
-            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
+            const int *list = mask_list<kMode>(p, b, h, n_block);
+            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band, list);
             produce<Tr>(sm, &tm_q, &tm_do, &tm_k, &tm_v, p.lse_log2 + bwd_row_index(p, b, h, 0, rows_per_head),
                         p.delta + bwd_row_index(p, b, h, 0, rows_per_head), n0, h, h / (p.heads_q / p.heads_kv),
-                        seq.map_b, queries.begin, queries.end, seq.q_row0, seq.k_row0);
+                        seq.map_b, queries.begin, queries.end, seq.q_row0, seq.k_row0, list ? list + 1 : nullptr);
         } else if (Tr::kDqViaSmem && (kMode & kVarlenFlag) == 0 && threadIdx.x / 32 == 1) {
             const Sequence seq = sequence_of<kMode>(p, b, band);
-            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
+            const int *list = mask_list<kMode>(p, b, h, n_block);
+            const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band, list);
             // Deterministic: the per-tile counters after the tile-major dq_accum (attention_api.h).
             const int tiles_per_head = rows_per_head / Tr::kBlockM;
             int *sems = p.deterministic ? reinterpret_cast<int *>(p.dq_accum + int64_t(p.batch) * p.heads_q *
@@ -356,7 +408,7 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                                               (int64_t(b) * p.heads_q + h) * tiles_per_head
                                         : nullptr;
             write_dq<Tr, kMode>(sm, p.dq_accum + bwd_row_index(p, b, h, 0, rows_per_head) * Tr::kHeadDim, queries.begin,
-                                queries.end, threadIdx.x % 32, sems, n_block, seq);
+                                queries.end, threadIdx.x % 32, sems, n_block, seq, list ? list + 1 : nullptr);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
@@ -372,13 +424,25 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // dq_accum: (B, Hq, Nq, d), varlen (Hq, total_q, d) from the sequence's first row.
         float *gDqHead = p.dq_accum + ((kMode & kVarlenFlag) != 0 ? int64_t(h) * p.seqlen_q + seq.q_row0
                                                                    : bwd_row_index(p, b, h, 0, p.seqlen_q)) * Tr::kHeadDim;
-        const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band);
+        const int *list = mask_list<kMode>(p, b, h, n_block);
+        const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band, list);
         // Varlen: a block holding the sequence's last, ragged keys masks every tile (the keys after them
         // belong to the next sequence).
         const bool ragged = (kMode & kVarlenFlag) != 0 && n0 + Tr::kBlockN > seq.len_k;
+        if constexpr ((kMode & kDropoutFlag) != 0) consumer.draw_keep(p, n0, queries.begin * Tr::kBlockM);
         for (int m = queries.begin; m < queries.end; ++m, ++i) {
-            // Without a band nothing is masked (ragged keys and queries: see query_tiles).
             constexpr int kBand = kMode & 3;
+            if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
+                const int e = __ldg(list + 1 + m);
+                if (MaskWalk::cls(e) == kTileFull)
+                    consumer.template tile<false>(i, MaskWalk::block(e) * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band,
+                                                  seq.len_k, p);
+                else
+                    consumer.template tile<true>(i, MaskWalk::block(e) * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band,
+                                                 seq.len_k, p);
+                continue;
+            }
+            // Without a band nothing is masked (ragged keys and queries: see query_tiles).
             const bool masked = ragged || (kBand == kBandCausal ? m < queries.unmasked_begin
                                           : kBand == kBandLocal && (m < queries.unmasked_begin || m >= queries.unmasked_end));
             if (masked)
@@ -473,13 +537,23 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
     using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
     using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
-    // Dropout at d = 64 is not instantiated: P's second copy (drop_p) over the 128-query tile's registers
-    // spilled 60-176 bytes; the mma backward serves it (sympathy/attention/cuda.py picks it). At d = 128 it
-    // keeps the dQ atomics: with the dQ shares in shared memory the same copy spilled 16-24 bytes, so it
-    // has no ordered (deterministic) dQ either, and the mma backward serves deterministic calls.
+    // Dropout at d = 64 is not instantiated (a copy of P over the 128-query tile's registers spilled 60-176
+    // bytes; the mma backward serves it: sympathy/attention/cuda.py picks it). At d = 128 dQ goes through
+    // shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are served too.
+    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles; no
+    // band, dropout, varlen or deterministic order (sy_attn_hopper_bwd refuses them).
+    if (p.mask_lists) {
+        const Band none{-(p.seqlen_q + 1), p.seqlen_k};
+        if (p.head_dim == 64)
+            return check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, none, stream)
+                                                                         : kInvalid;
+        return check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN) ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, none, stream)
+                                                                       : kInvalid;
+    }
     if (p.dropout_p > 0.f) {
-        if (p.head_dim != 128 || p.deterministic) return kUnsupported;
-        return launch_dropout<HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, false>, T>(p, rows_per_head, stream);
+        using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
+        if (p.head_dim != 128 || (p.deterministic && !TraitsDropout::kDqViaSmem)) return kUnsupported;
+        return launch_dropout<TraitsDropout, T>(p, rows_per_head, stream);
     }
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
@@ -498,9 +572,15 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32) return kUnsupported;
-    if (p.mask || p.mask_lists) return kUnsupported;   // attn_mask: the mma backward's tile lists
+    if (p.mask && !p.mask_lists) return kUnsupported;   // attn_mask: tile by tile only (its lists)
+    // A mask with a band, dropout, varlen or the deterministic order: not instantiated (the mma backward or
+    // the torch-math backward serves them).
+    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window || p.dropout_p != 0.f || p.cu_seqlens_q ||
+                         p.deterministic))
+        return kUnsupported;
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
-    if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64)))
+    if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
+                            (p.dropout_p != 0.f && !SY_HOPPER_BWD_DROPOUT_TMA)))
         return kUnsupported;
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;

@@ -7,13 +7,14 @@
 
 #include "attention_band.cuh"
 #include "attention_bwd_common.cuh"
+#include "attention_mask.cuh"   // kBandMask: attn_mask tile by tile (the key block's list of query tiles)
 #include "hopper_primitives.cuh"
 
 namespace sy_attn {
 namespace {
 
-// A kernel's mode: the band's (attention_band.cuh) in the low bits, plus kVarlenFlag for a packed
-// variable-length batch (as in attention_hopper.cu).
+// A kernel's mode: the band's (attention_band.cuh) or kBandMask (attention_mask.cuh) in the low bits, plus
+// kVarlenFlag for a packed variable-length batch (as in attention_hopper.cu).
 constexpr int kVarlenFlag = 4;
 
 // A block owns kBlockN = 128 keys of one (batch, query head); consumer warpgroup w owns keys 64w..64w+63
@@ -116,13 +117,26 @@ struct BwdSmem {
 // query rows past seqlen_q (their LSE is +inf: P = 0), so without a band every tile runs unmasked from
 // tile 0, and causal only the tiles before unmasked_begin are masked. (Constants where the mode allows:
 // at d = 64 the consumer sits at its 240 registers, and a runtime loop start spilled 24-36 bytes.)
+// kBandMask: the key block's list (mask_list): tiles 0 .. count - 1 are its entries, each classed on its own.
 template <class Tr, int kMode>
-__device__ __forceinline__ BlockRange query_tiles(int n0, int len_q, int len_k, Band band) {
+__device__ __forceinline__ BlockRange query_tiles(int n0, int len_q, int len_k, Band band, const int *list) {
+    if constexpr ((kMode & 3) == kBandMask) {
+        const int count = __ldg(list);
+        return BlockRange{0, count, 0, 0};
+    }
     if constexpr ((kMode & 3) == kBandNone) {
         const int total = ceil_div(len_q, Tr::kBlockM);
         return BlockRange{0, total, 0, total};
     }
     return band_blocks(n0, min(n0 + Tr::kBlockN, len_k) - 1, len_q, Tr::kBlockM, Band{-band.hi, -band.lo});
+}
+
+// kBandMask: key block n_block's list of query tiles in head (b, h) ([count, entries...], attention_mask.cuh);
+// other modes: null.
+template <int kMode>
+__device__ __forceinline__ const int *mask_list(const sy_attn_bwd_params &p, int b, int h, int n_block) {
+    if constexpr ((kMode & 3) == kBandMask) return p.mask_lists + mask_list_offset(p, b, h, n_block);
+    return nullptr;
 }
 
 // The sequence a block works in: without varlen the launch's lengths, row 0 of batch b; varlen its rows
@@ -144,11 +158,12 @@ __device__ __forceinline__ Sequence sequence_of(const sy_attn_bwd_params &p, int
 
 // ---- the producer: one thread issues every copy ---------------------------------------------------------
 // q_row0, k_row0: the sequence's first rows in the tensor maps (varlen; else 0), b its map batch.
+// list (kBandMask, else null): the key block's entries; tile i is then query block MaskWalk::block(list[i]).
 template <class Tr>
 __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_do,
                                         const CUtensorMap *tm_k, const CUtensorMap *tm_v, const float *gLse,
                                         const float *gD, int n0, int h, int h_kv, int b, int m_first, int m_total,
-                                        int q_row0, int k_row0) {
+                                        int q_row0, int k_row0, const int *list) {
     BwdBarriers<Tr> &bar = *sm.bars;
     mbar_arrive_expect_tx(smem_addr(&bar.kv_full), 2 * Tr::kKVBytes);
 #pragma unroll
@@ -164,7 +179,7 @@ __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap
         mbar_wait(smem_addr(&bar.q_empty[stage]), ((i / Tr::kStages) & 1) ^ 1);
         const uint32_t full = smem_addr(&bar.q_full[stage]);
         mbar_arrive_expect_tx(full, 2 * Tr::kQBytes + 2 * Tr::kVecBytes);
-        const int m0 = m * Tr::kBlockM;
+        const int m0 = (list ? MaskWalk::block(__ldg(list + i)) : m) * Tr::kBlockM;
 #pragma unroll
         for (int p = 0; p < Tr::kPanels; ++p) {
             const int offset = stage * Tr::kQBytes + p * Tr::kQPanelBytes;
@@ -184,16 +199,18 @@ __device__ __forceinline__ void produce(const BwdSmem<Tr> &sm, const CUtensorMap
 // (all see every tile); with one descending from the last block that sees the tile (the diagonal's
 // block reaches a tile first: its own first tile), and the grid launches high key blocks first
 // (hopper_bwd_kernel), so a block only ever waits for blocks launched before it: no deadlock.
+// list (kBandMask, else null): the key block's entries, as in produce (never deterministic: no turns).
 template <class Tr, int kMode>
 __device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, int m_first, int m_total, int lane,
-                                         int *sems, int n_block, const Sequence &seq) {
-    for (int m = m_first; m < m_total; ++m) {
+                                         int *sems, int n_block, const Sequence &seq, const int *list) {
+    for (int i = m_first; i < m_total; ++i) {
+        const int m = list ? MaskWalk::block(__ldg(list + i)) : i;
 #pragma unroll
         for (int w = 0; w < Tr::kConsumerWGs; ++w) {
             named_bar_sync(kBarDqFull + w, kDqBarThreads);   // share w stored and fenced
             if (sems != nullptr && w == 0 && lane == 0) {
                 int turn = n_block;
-                if constexpr ((kMode & 3) != kBandNone) {
+                if constexpr ((kMode & 3) == kBandCausal || (kMode & 3) == kBandLocal) {
                     const int row0 = m * Tr::kBlockM, row1 = min(row0 + Tr::kBlockM, seq.len_q) - 1;
                     turn = band_blocks(row0, row1, seq.len_k, Tr::kBlockN, seq.band).end - 1 - n_block;
                 }

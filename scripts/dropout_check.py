@@ -45,7 +45,7 @@ def make_call(name, q, k, v, p, causal, kernel, train):
     leaves = [t.detach().clone().requires_grad_(train) for t in (q, k, v)]
 
     def attend():
-        if name == "ours":
+        if name.startswith("ours"):
             return sy.attention.scaled_dot_product_attention(*leaves, None, p, causal, kernel=kernel)
         with sdpa_kernel(BACKENDS[name]):
             return F.scaled_dot_product_attention(*leaves, None, p, causal)

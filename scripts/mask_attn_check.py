@@ -7,6 +7,9 @@ Target (issue 20): an additive padding mask >= 0.8x our unmasked speed on the vi
 A padded batch of B = 4 sequences of N = 8192 keys, lengths 8192, 6144, 4096, 2048 (right padding of the
 keys; every query row computed): visible (query, key) pairs = H * N * sum(lengths); TFLOP/s = 4 * d * pairs /
 time (the unmasked run: all B * H * N * N pairs). Times: triton's do_bench medians.
+Forward + backward: masked `hopper` calls run the hopper backward tile by tile; the rows "previous route"
+run the same calls with the mma backward (what masked calls ran before), in the same process. d = 64
+rows: H = 32 (H * d the same), the mma forward then the hopper backward (cuda._launch says why).
 """
 import argparse
 import math
@@ -97,28 +100,52 @@ def main():
             row(f"SDPA {name}, bool (B,1,N,N)", lambda: sdpa(q, k, v, boolean), vis_flops, b0)
 
     # forward + backward (FLOPs 3.5x the forward's: the backward 2.5x). Masked calls: the forward above,
-    # the mma backward tile by tile (mask_tiles.py).
-    qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    dout = torch.randn_like(q)
-
-    def fwd_bwd(f):
+    # the backward tile by tile (mask_tiles.py): hopper's after `hopper`, mma's after `mma`.
+    def fwd_bwd(f, leaves, dout):
         def run():
-            qg.grad = kg.grad = vg.grad = None
+            for t in leaves:
+                t.grad = None
             f().backward(dout)
         return run
-    fb = {}
-    for kernel in ("hopper", "mma"):
-        fb[kernel] = row(f"fwd+bwd ours {kernel}, no mask", fwd_bwd(lambda: ours(qg, kg, vg, kernel=kernel)),
+
+    def previous_route(run):
+        """run with every backward on the mma backward (the route masked calls took before)."""
+        def routed():
+            real = cuda._launch_bwd
+            cuda._launch_bwd = lambda *a, **kw: real(*a[:10], "mma", **kw)
+            try:
+                run()
+            finally:
+                cuda._launch_bwd = real
+        return routed
+
+    for d_, h_ in ((128, H), (64, 2 * H)):
+        if d_ == 128:
+            qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        else:
+            qg, kg, vg = (torch.randn(B, h_, N, d_, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3))
+        dout, leaves, sfx = torch.randn_like(qg), (qg, kg, vg), "" if d_ == 128 else f" d={d_}"
+        fb = {}
+        for kernel in ("hopper", "mma"):
+            fb[kernel] = row(f"fwd+bwd ours {kernel}{sfx}, no mask",
+                             fwd_bwd(lambda: ours(qg, kg, vg, kernel=kernel), leaves, dout), 3.5 * full_flops)
+            additive_run = fwd_bwd(lambda: ours(qg, kg, vg, additive, kernel=kernel), leaves, dout)
+            row(f"fwd+bwd ours {kernel}{sfx}, additive (B,1,1,N) f32", additive_run, 3.5 * vis_flops, fb[kernel])
+            if kernel == "hopper":
+                row(f"fwd+bwd ours {kernel}{sfx}, additive (B,1,1,N) f32, previous route (mma backward)",
+                    previous_route(additive_run), 3.5 * vis_flops, fb[kernel])
+            row(f"fwd+bwd ours {kernel}{sfx}, bool (B,1,N,N)",
+                fwd_bwd(lambda: ours(qg, kg, vg, boolean, kernel=kernel), leaves, dout), 3.5 * vis_flops, fb[kernel])
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+            if name == "efficient" and d_ == 64:
+                continue
+            with sdpa_kernel([backend]):
+                b0 = row(f"fwd+bwd SDPA {name}{sfx}, no mask", fwd_bwd(lambda: sdpa(qg, kg, vg), leaves, dout),
                          3.5 * full_flops)
-        row(f"fwd+bwd ours {kernel}, additive (B,1,1,N) f32", fwd_bwd(lambda: ours(qg, kg, vg, additive, kernel=kernel)),
-            3.5 * vis_flops, fb[kernel])
-        row(f"fwd+bwd ours {kernel}, bool (B,1,N,N)", fwd_bwd(lambda: ours(qg, kg, vg, boolean, kernel=kernel)),
-            3.5 * vis_flops, fb[kernel])
-    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
-        with sdpa_kernel([backend]):
-            b0 = row(f"fwd+bwd SDPA {name}, no mask", fwd_bwd(lambda: sdpa(qg, kg, vg)), 3.5 * full_flops)
-            row(f"fwd+bwd SDPA {name}, additive (B,1,1,N) bf16", fwd_bwd(lambda: sdpa(qg, kg, vg, additive_bf16)),
-                3.5 * vis_flops, b0)
+                row(f"fwd+bwd SDPA {name}{sfx}, additive (B,1,1,N) bf16",
+                    fwd_bwd(lambda: sdpa(qg, kg, vg, additive_bf16), leaves, dout), 3.5 * vis_flops, b0)
+                row(f"fwd+bwd SDPA {name}{sfx}, bool (B,1,N,N)",
+                    fwd_bwd(lambda: sdpa(qg, kg, vg, boolean), leaves, dout), 3.5 * vis_flops, b0)
 
     # error of the masked run against float64 on two heads
     ref = torch.nn.functional.scaled_dot_product_attention(q[:, :2].double(), k[:, :2].double(), v[:, :2].double(),

@@ -76,6 +76,12 @@ def _on_hopper(t) -> bool:
     return t.device.type == "cuda" and _torch().cuda.get_device_capability(t.device) == (9, 0)
 
 
+def _mask_tiles_on(kernel: str, d: int) -> bool:
+    """`kernel` takes attn_mask tile by tile at head dim d, forward and backward: mma at d 64/128; hopper at
+    d 128, and at d 64 with its backward after the mma forward (_launch says why)."""
+    return bool(tile_shape(kernel, d) or tile_shape(kernel, d, backward=True))
+
+
 def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
     """The kernel to run: "auto" resolved, and the kernel's dtype / head-dim / mask support checked.
     band: the call has a causal_offset or a window (mma and hopper take it; naive as a mask)."""
@@ -88,7 +94,7 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
         if attn_mask is not None:   # tile by tile (mask_tiles.py) where a kernel takes it
             kernel = "naive"
             if half and not band and q.device.type == "cuda":
-                if tile_shape("hopper", d) and _on_hopper(q):
+                if _mask_tiles_on("hopper", d) and _on_hopper(q):
                     kernel = "hopper"
                 elif tile_shape("mma", d) and torch.cuda.get_device_capability(q.device) >= (8, 0):
                     kernel = "mma"
@@ -103,8 +109,8 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
     if attn_mask is not None and kernel != "naive":
         if band:
             raise NotImplementedError("attn_mask with window or causal_offset runs on kernel='naive' only")
-        if kernel not in ("mma", "hopper") or not tile_shape(kernel, d):
-            raise NotImplementedError(f"attn_mask runs on kernel='mma' (d 64, 128), 'hopper' (d 128) and 'naive'; "
+        if kernel not in ("mma", "hopper") or not _mask_tiles_on(kernel, d):
+            raise NotImplementedError(f"attn_mask runs on kernel='mma' (d 64, 128), 'hopper' (d 64, 128) and 'naive'; "
                                       f"got kernel={kernel!r} with d={d}")
     if band and kernel == "tiled":
         raise NotImplementedError("window and causal_offset are supported by kernels 'mma', 'hopper' and 'naive'; "
@@ -238,6 +244,10 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
         attn_mask = merge_mask(attn_mask, q.shape[2], k.shape[2], is_causal, causal_offset, window, q.device)
         is_causal, causal_offset, window = False, 0, NO_WINDOW
     q, scale, _ = _kernel_q_and_scale(q, scale)
+    if kernel == "hopper" and attn_mask is not None and not tile_shape("hopper", q.shape[-1]):
+        # A mask at d = 64 on the hopper path: the mma forward (the hopper forward's 160-register consumers
+        # spilled around the mask's loads), then the hopper backward (the autograd context keeps "hopper").
+        kernel = "mma"
     if kernel == "mma":
         if torch.cuda.get_device_capability(q.device) < (8, 0):
             raise NotSupportedError(f"kernel='mma' needs compute capability 8.0 or newer; this GPU is {arch}")
@@ -296,16 +306,18 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
                 kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW, dropout=None):
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
-    math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the mma
-    backward after either forward (mask_tiles.py); d = 256 on the mma backward where _d256_fused_backward
-    says; _math_backward for other masks and head dims, and for a
+    math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the
+    hopper backward after a `hopper` call, on the mma backward otherwise (mask_tiles.py); d = 256 on the mma
+    backward where _d256_fused_backward says; _math_backward for other masks and head dims, and for a
     band (causal_offset, window: as _launch) in float32."""
     torch = _torch()
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     band = has_band(causal_offset, window)
-    # attn_mask: tile by tile on the mma backward (mask_tiles.py; atomic dQ), else the math backward. No
-    # kernel has a mask and dropout together (dropout.dropout_reason keeps such calls off both).
+    # attn_mask: tile by tile (mask_tiles.py) on the hopper backward after a `hopper` call (dQ through shared
+    # memory), on the mma backward otherwise (atomic dQ), else the math backward (deterministic: neither
+    # kernel orders a masked dQ). No kernel has a mask and dropout together (dropout.dropout_reason keeps
+    # such calls off both).
     mask_tiles = attn_mask is not None and dropout is None and q.dtype in (torch.float16, torch.bfloat16) \
         and tile_shape("mma", d, True) and not band and not deterministic \
         and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE)
@@ -330,11 +342,11 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     # kernels may still run: safe on one stream (see _launch).
     # The hopper backward is deterministic too where its dQ goes through shared memory (bf16, or d = 128):
     # its key blocks add each query tile in a fixed order. fp16 at d = 64 takes the mma backward's pass,
-    # a masked call the mma backward's mask lists, and dropout at d = 64 or deterministic the mma backward
-    # (the hopper backward's dropout keeps the dQ atomics: attention_hopper_bwd.cu says why).
-    hopper = tensor_cores and kernel == "hopper" and attn_mask is None and not d256 \
+    # and dropout at d = 64 the mma backward (the hopper backward has no d = 64 dropout: attention_hopper_bwd.cu
+    # says why). A mask takes the hopper backward's own lists.
+    hopper = tensor_cores and kernel == "hopper" and (attn_mask is None or mask_tiles) and not d256 \
         and (not deterministic or q.dtype == torch.bfloat16 or d == 128) \
-        and not (dropout is not None and (d == 64 or deterministic))
+        and not (dropout is not None and d == 64)
     if tensor_cores:
         # The hopper backward has no separate dQ pass: it accumulates dQ into dq_accum at every length.
         deterministic = deterministic or (not hopper and attn_mask is None and Nk <= SEPARATE_DQ_MAX_KEYS)
@@ -362,7 +374,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
     _set_band(p, causal_offset, window)
     if attn_mask is not None:
-        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "mma", d, backward=True)
+        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "hopper" if hopper else "mma", d, backward=True)
         _fill_mask_params(p, ffi, mask)
     _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
@@ -516,10 +528,10 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
     enable_gqa lets Hq be a multiple of Hkv. attn_mask (bool: True takes part, or additive float),
     broadcastable to (B, Hq, Nq, Nk) (broadcast dims and any strides read in place), runs tile by tile
-    on "mma" (d 64, 128) and "hopper" (d 128): mask_tiles.py lists each query block's key tiles, empty
-    ones are never loaded, full ones run unmasked, only mixed ones read the mask; other calls with a mask
-    run on "naive". kernel="auto" picks "hopper" on an sm_90 GPU (d = 64, 128 or 256; with a mask d =
-    128) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head dims,
+    on "mma" (d 64, 128) and "hopper" (d 64, 128; at d 64 its forward is mma's): mask_tiles.py lists each
+    query block's key tiles, empty ones are never loaded, full ones run unmasked, only mixed ones read the
+    mask; other calls with a mask run on "naive". kernel="auto" picks "hopper" on an sm_90 GPU (d = 64, 128 or 256; with a mask d =
+    64 or 128) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head dims,
     "naive" otherwise. A row whose keys are all masked gives 0 (LSE -inf), as torch's SDPA.
 
     Differentiable: the backward (for fp16/bf16 cuda_src/attention_hopper_bwd.cu (wgmma, TMA) after a
@@ -529,10 +541,11 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     deterministic=True makes runs bit-identical: the hopper backward (bf16, or d = 128) adds each query
     tile's dQ from its key blocks in a fixed order; otherwise the mma backward computes dQ in a separate
     pass without atomics (within 5 % of its atomic time); None (the default) follows
-    torch.use_deterministic_algorithms. A masked call's backward runs tile by tile on the mma backward
-    (fp16/bf16, d 64/128, atomic dQ); d = 256 runs on the mma backward (fp16/bf16 on sm_90, dense or
-    causal, no mask, dropout or sliding window); deterministic masked calls, other masks and head dims,
-    and d = 256 otherwise take a torch-math backward (same algorithm, materialises P).
+    torch.use_deterministic_algorithms. A masked call's backward runs tile by tile on the hopper backward
+    after kernel "hopper" (d 64/128) and on the mma backward otherwise (fp16/bf16, d 64/128, atomic dQ);
+    d = 256 runs on the mma backward (fp16/bf16 on sm_90, dense or causal, no mask, dropout or sliding
+    window); deterministic masked calls, other masks and head dims, and d = 256 otherwise take a
+    torch-math backward (same algorithm, materialises P).
 
     The band (band.py), keyword-only, ours: window=(left, right) is sliding-window attention as
     flash-attn's window_size (-1: unbounded side; with is_causal the right side is 0), and

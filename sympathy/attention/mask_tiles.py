@@ -20,8 +20,8 @@ The lists of a mask are cached (a few entries, keyed by the tensor's storage, ve
 the layers of a transformers model pass the same padding mask, and its pre-pass then runs once per
 forward. Kernels (cuda.py picks): forward `mma` d 64/128 (64 x 64 tiles), `hopper` d 128 (128 x 128 tiles;
 its d = 64 consumers spilled around the mask's loads, so d = 64 masks run on `mma`); the backward on the
-mma backward (key-major lists of 64-query tiles per 128 keys, atomic dQ) after either forward: the hopper
-backward's 240-register consumers spilled 8-16 bytes with the mask's loads.
+`hopper` backward on sm_90 (key-major lists of its tiles: 64 queries per 128 keys at d = 128, 128 x 128
+at d = 64; dQ through shared memory) and on the mma backward elsewhere (64 x 128, atomic dQ).
 """
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ from dataclasses import dataclass
 GRAIN = 64
 EMPTY, FULL, PARTIAL, ABSENT = 0, 1, 2, 3
 # (kernel, head dim) -> (query rows, keys) per tile: attention_mma.cu's MmaTraitsD*Mask, attention_hopper.cu's
-# HopperTraitsD128, and the mma backward's dkdv tile (kernel_traits.cuh MmaBwdDkdvTraitsD*: 128 keys per
-# block, query tiles of 64), whose lists are key-major. The launchers refuse lists built for another shape.
+# HopperTraitsD128, and the backwards' tiles, whose lists are key-major: the mma backward's dkdv tile
+# (kernel_traits.cuh MmaBwdDkdvTraitsD*: 128 keys per block, query tiles of 64) and the hopper backward's
+# (hopper_bwd_pipeline.cuh HopperBwdTraits: 128 keys, query tiles of 64 at d = 128 and 128 at d = 64). The
+# launchers refuse lists built for another shape.
 FWD_TILES = {("mma", 64): (64, 64), ("mma", 128): (64, 64), ("hopper", 128): (128, 128)}
-BWD_TILES = {("mma", 64): (64, 128), ("mma", 128): (64, 128)}
+BWD_TILES = {("mma", 64): (64, 128), ("mma", 128): (64, 128), ("hopper", 64): (128, 128), ("hopper", 128): (64, 128)}
 MASK_KINDS = {"float32": 0, "bool": 1}   # attention_mask.cuh MaskKind
 # A float mask reaches the kernels as mask / scale (they scale raw scores later): below this |scale| the
 # quotient could overflow, and such calls stay on `naive`.
@@ -159,7 +161,7 @@ def _cache_key(attn_mask, shape):
 def prepare(attn_mask, shape, kernel: str, head_dim: int, backward: bool = False) -> MaskTiles:
     """The kernel's view of attn_mask (checked by cuda._check_inputs: bool or float, broadcastable to
     shape = (B, Hq, Nq, Nk)) for `kernel` at head_dim: the forward's query-major lists, or (backward) the
-    key-major lists of the mma backward. The mask is classified once per cache entry; the forward's and the
+    key-major lists of that kernel's backward. The mask is classified once per cache entry; the forward's and the
     backward's lists both come from that table."""
     import torch
 
@@ -181,7 +183,7 @@ def prepare(attn_mask, shape, kernel: str, head_dim: int, backward: bool = False
     if lists_key not in entry:
         block_q, block_k = (BWD_TILES if backward else FWD_TILES)[(kernel, head_dim)]
         cls = coarsen(entry["cls"], block_q // GRAIN, block_k // GRAIN)
-        lists = tile_lists(cls.transpose(2, 3) if backward else cls, first_not_partial=kernel == "hopper")
+        lists = tile_lists(cls.transpose(2, 3) if backward else cls, first_not_partial=kernel == "hopper" and not backward)
         if lists.numel() >= 2 ** 31:
             raise ValueError(f"attn_mask's tile lists would hold {lists.numel()} entries (int32 offsets): "
                              "too many (batch, head) mask planes at this length")
