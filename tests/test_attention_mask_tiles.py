@@ -160,6 +160,63 @@ def test_a_general_mask_on_the_cpu_is_still_refused_by_decide():
     assert d.run is None and "mask" in d.reason
 
 
+def far_mask(dtype=torch.float32):
+    """(1, 1, 6, 8) additive: row 0 all finfo.min (transformers' fully masked row), row 1 min and -inf, row 2
+    min beside a visible key, row 3 all -10000 (BERT's value), row 4 all -inf, row 5 a plain bias."""
+    low = torch.finfo(dtype).min
+    m = torch.zeros(6, 8)
+    m[0] = low
+    m[1, :4], m[1, 4:] = low, -math.inf
+    m[2, 1:] = low
+    m[3] = -10000.0
+    m[4] = -math.inf
+    m[5] = torch.linspace(-3, 3, 8)
+    return m.to(dtype)[None, None]
+
+
+@pytest.mark.parametrize("rows, far", [((0,), True), ((1,), True), ((2,), False), ((3,), False), ((4,), False),
+                                       ((5,), False), ((2, 3, 4, 5), False), ((0, 5), True)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_far_rows_are_rows_whose_every_element_is_far(rows, far, dtype):
+    """Only a row whose largest element is finite and below FAR_ROW_MAX counts, through any broadcast."""
+    mask = far_mask(dtype)[:, :, list(rows)]
+    assert mask_tiles.far_rows(mask.float().expand(2, 3, len(rows), 8)) is far
+    assert mask_tiles.has_far_rows(mask, (2, 3, len(rows), 8)) is far
+    assert mask_tiles.far_rows(mask.float() > -1) is False   # bool masks have no far rows
+
+
+def test_a_far_row_sends_the_call_to_naive_and_an_explicit_kernel_refuses_it():
+    """The routing decision needs no GPU up to the device check: kernel='hopper' with a far row refuses
+    with the reason before it looks at the device."""
+    q, k, v = (torch.randn(1, 2, 6, 64, dtype=torch.bfloat16) for _ in range(3))
+    k, v = (torch.randn(1, 2, 8, 64, dtype=torch.bfloat16) for _ in range(2))
+    with pytest.raises(NotImplementedError, match="largest element is below"):
+        cuda.attention_with_lse(q, k, v, attn_mask=far_mask(torch.bfloat16), kernel="hopper")
+
+
+def test_math_backward_of_a_swamped_row_is_torchs_softmax_gradient():
+    """A row every element of which is finfo.min: torch's softmax (float32) gives it a uniform P, and its
+    log-sum-exp is the min alone (the sum is lost to rounding). The math backward must take P from S, not
+    exp(S - LSE) (which gives 1 per key): gradients as autograd through torch's math backend. (torch's fused
+    CPU kernel, the default here, has the LSE problem itself: its dQ of such a row is 8x, one per key.)"""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, n, 16, generator=gen) for n in (6, 8, 8))
+    mask = far_mask(torch.float32)
+    scale = 0.25
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(*leaves, attn_mask=mask, scale=scale)
+    dout = torch.randn(out.shape, generator=gen)
+    out.backward(dout)
+    lse = torch.logsumexp((q @ k.transpose(-1, -2)) * scale + mask, dim=-1)
+    lse = lse.masked_fill(torch.isneginf(mask).all(-1), -math.inf)
+    got = cuda._math_backward(dout, q, k, v, out.detach(), lse, mask, False, scale)
+    for name, g, leaf in zip("qkv", got, leaves):
+        assert torch.allclose(g, leaf.grad, atol=1e-5, rtol=1e-4), name
+
+
 # ---- GPU: the kernels against float64 with the same mask ----------------------------------------------------
 def check_mask_call(kernel, q, k, v, mask, grads=True, monkeypatch=None):
     """Forward into NaN-poisoned buffers and gradients against float64 with the same mask; with monkeypatch,
@@ -246,6 +303,31 @@ def test_fully_masked_rows_are_torchs_answer(kernel, d):
     got = sy.attention.scaled_dot_product_attention(q, k, v, mask, kernel=kernel)
     assert torch.equal(got[:, :, 5] == 0, want[:, :, 5] == 0) and bool((got[:, :, 64:128] == 0).all())
     assert relative_error(got, want) <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel, d", MASK_KERNELS)
+def test_rows_masked_with_finfo_min_are_torchs_answer(kernel, d):
+    """transformers' additive form of a fully masked row (every element finfo.min): torch gives a uniform
+    row and a softmax gradient; auto routes it to naive (far rows), whose answer is torch's."""
+    skip_unless_runnable(kernel)
+    q, k, v = make_inputs(1, 2, 1, 130, 200, d, torch.bfloat16, "bhnd", 4)
+    mask = torch.zeros(130, 200, device="cuda", dtype=torch.bfloat16)
+    mask[:, 150:] = torch.finfo(torch.bfloat16).min
+    mask[7] = torch.finfo(torch.bfloat16).min
+    mask[64:128] = torch.finfo(torch.bfloat16).min
+    with pytest.raises(NotImplementedError, match="largest element is below"):
+        cuda._check_inputs(q, k, v, mask, False, None, True, kernel)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = sy.attention.scaled_dot_product_attention(*leaves, mask)
+    dense = mask.float().expand(1, 2, 130, 200)
+    ref_out, _ = reference(q, k, v, attn_mask=dense)
+    assert relative_error(out, ref_out) <= 2e-2
+    assert relative_error(out[:, :, 7], v.double().mean(2)) <= 2e-2   # uniform over every key
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    for name, leaf, ref in zip("qkv", leaves, reference_grads(q, k, v, dout, out=out.detach(), attn_mask=dense)):
+        assert relative_error(leaf.grad, ref) <= GRAD_TOLERANCE[torch.bfloat16], name
 
 
 @pytest.mark.gpu

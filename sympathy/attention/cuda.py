@@ -33,7 +33,8 @@ from . import cuda_build
 from ._checks import check_dropout
 from .band import NO_WINDOW, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
 from .cuda_build import _raise_for_status, _torch, device_arch, library
-from .mask_tiles import MIN_FLOAT_MASK_SCALE, fill_params as _fill_mask_params, prepare as _prepare_mask, tile_shape
+from .mask_tiles import FAR_ROW_MAX, MIN_FLOAT_MASK_SCALE, fill_params as _fill_mask_params, has_far_rows, \
+    prepare as _prepare_mask, tile_shape
 from .math_backward import math_backward as _math_backward
 
 # The loader's other names, importable from here as before (the CLI, tests, scripts/ and benchmarks use
@@ -182,6 +183,13 @@ def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band
             and scale is not None and abs(scale) < MIN_FLOAT_MASK_SCALE:
         if requested != "auto":   # the kernels add mask / scale (mask_tiles.py)
             raise NotImplementedError(f"a float attn_mask with |scale| < {MIN_FLOAT_MASK_SCALE} runs on kernel='naive' only")
+        kernel = "naive"
+    if attn_mask is not None and kernel in ("mma", "hopper") and has_far_rows(attn_mask, (B, Hq, Nq, k.shape[2])):
+        if requested != "auto":
+            raise NotImplementedError(f"attn_mask has a row whose largest element is below {FAR_ROW_MAX:g} (a fully "
+                                      "masked row in additive form, such as torch.finfo(dtype).min): the fused kernels "
+                                      "lose such a row's sum in its log-sum-exp (mask_tiles.FAR_ROW_MAX); it runs on "
+                                      "kernel='naive' (or pass a bool mask)")
         kernel = "naive"
     for name, t in (("q", q), ("k", k), ("v", v), ("attn_mask", attn_mask)):
         if t is not None and t.device.type != "cuda":

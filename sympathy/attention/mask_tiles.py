@@ -41,6 +41,13 @@ MASK_KINDS = {"float32": 0, "bool": 1}   # attention_mask.cuh MaskKind
 # A float mask reaches the kernels as mask / scale (they scale raw scores later): below this |scale| the
 # quotient could overflow, and such calls stay on `naive`.
 MIN_FLOAT_MASK_SCALE = 2.0 ** -100
+# A float mask row whose largest element is finite but below this (a fully masked row in additive form:
+# torch.finfo(dtype).min, -1e9) stays off the fused kernels. They keep a row's log-sum-exp in float32 log2
+# units, max * log2 e + log2(sum): at |max| >= 2^14 the sum's own bits start to fall below the max's ulp
+# (at finfo.min all of them do), so the backward's P = exp2(S - LSE) would be off by up to the sum itself,
+# where torch (softmax in float32, every score swamped by the mask) gives a uniform row. -10000 (BERT's
+# padding value) stays on the kernels: its ulp there is 2^-10 of a log2 unit.
+FAR_ROW_MAX = -2.0 ** 14
 _CACHE_ENTRIES = 2   # each entry keeps its mask alive (so no other tensor can take its storage and key)
 _cache: "OrderedDict[tuple, dict]" = OrderedDict()   # key -> the mask's table and its lists per kernel
 
@@ -90,10 +97,7 @@ def classify(view):
 
     import torch
 
-    core = view
-    for dim in range(4):
-        if view.stride(dim) == 0 and view.shape[dim] > 1:
-            core = core.narrow(dim, 0, 1)
+    core = _own_elements(view)
     if core.dtype == torch.bool:
         visible, zero = core, core
     else:
@@ -105,6 +109,28 @@ def classify(view):
     cls = torch.where(any_visible, torch.where(all_zero, FULL, PARTIAL), EMPTY).to(torch.uint8)
     n_q, n_k = view.shape[2], view.shape[3]
     return cls.expand(cls.shape[0], cls.shape[1], -(-n_q // GRAIN), -(-n_k // GRAIN))
+
+
+def _own_elements(view):
+    """view (the mask expanded to (B, Hq, Nq, Nk)) narrowed to index 0 along every broadcast dim."""
+    core = view
+    for dim in range(4):
+        if view.stride(dim) == 0 and view.shape[dim] > 1:
+            core = core.narrow(dim, 0, 1)
+    return core
+
+
+def far_rows(view) -> bool:
+    """Whether a float mask (expanded view) has a row whose largest element is finite and below FAR_ROW_MAX
+    (see there): such calls run on kernel='naive'. Reads the mask's own elements once."""
+    import math
+
+    import torch
+
+    if view.dtype == torch.bool:
+        return False
+    row_max = _own_elements(view).amax(3)
+    return bool(((row_max < FAR_ROW_MAX) & (row_max > -math.inf)).any())
 
 
 def coarsen(cls, fq: int, fk: int):
@@ -158,11 +184,9 @@ def _cache_key(attn_mask, shape):
             str(attn_mask.device), tuple(shape))
 
 
-def prepare(attn_mask, shape, kernel: str, head_dim: int, backward: bool = False) -> MaskTiles:
-    """The kernel's view of attn_mask (checked by cuda._check_inputs: bool or float, broadcastable to
-    shape = (B, Hq, Nq, Nk)) for `kernel` at head_dim: the forward's query-major lists, or (backward) the
-    key-major lists of that kernel's backward. The mask is classified once per cache entry; the forward's and the
-    backward's lists both come from that table."""
+def _entry(attn_mask, shape) -> dict:
+    """attn_mask's cache entry for shape: the kernel's copy of the mask, its strides, its 64-grain class
+    table and whether it has far rows (far_rows), built once per mask and shape."""
     import torch
 
     key = _cache_key(attn_mask, shape)
@@ -172,13 +196,30 @@ def prepare(attn_mask, shape, kernel: str, head_dim: int, backward: bool = False
         if mask.dtype != torch.bool and mask.dtype != torch.float32:
             mask = mask.to(torch.float32)
         view = mask.expand(*shape)
-        entry = {"source": attn_mask, "mask": mask, "strides": tuple(view.stride()), "cls": classify(view)}
+        entry = {"source": attn_mask, "mask": mask, "strides": tuple(view.stride()), "cls": classify(view),
+                 "far_rows": far_rows(view)}
         if key is not None:
             _cache[key] = entry
             while len(_cache) > _CACHE_ENTRIES:
                 _cache.popitem(last=False)
     else:
         _cache.move_to_end(key)
+    return entry
+
+
+def has_far_rows(attn_mask, shape) -> bool:
+    """far_rows of attn_mask broadcast to shape = (B, Hq, Nq, Nk), from the cache entry prepare() uses."""
+    return _entry(attn_mask, shape)["far_rows"]
+
+
+def prepare(attn_mask, shape, kernel: str, head_dim: int, backward: bool = False) -> MaskTiles:
+    """The kernel's view of attn_mask (checked by cuda._check_inputs: bool or float, broadcastable to
+    shape = (B, Hq, Nq, Nk)) for `kernel` at head_dim: the forward's query-major lists, or (backward) the
+    key-major lists of that kernel's backward. The mask is classified once per cache entry; the forward's and the
+    backward's lists both come from that table."""
+    import torch
+
+    entry = _entry(attn_mask, shape)
     lists_key = (kernel, head_dim, backward)
     if lists_key not in entry:
         block_q, block_k = (BWD_TILES if backward else FWD_TILES)[(kernel, head_dim)]

@@ -25,9 +25,12 @@ def math_backward(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: fl
         s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device=s.device).triu(1), -math.inf)
     if attn_mask is not None:
         s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.to(acc)
+    # P from S itself (softmax subtracts the row max), not exp(S - LSE): where an additive mask swamps a row
+    # (every element torch.finfo.min, say) the forward's LSE is the max alone, its sum lost to rounding, and
+    # exp(S - LSE) would give 1 per key where torch's softmax gives a uniform row. A row that saw no key has
+    # LSE = -inf and P = 0 (softmax would give NaN).
     lse = lse.to(acc).unsqueeze(-1)
-    # A row that saw no key has LSE = -inf and P = 0 (exp(-inf - -inf) would be NaN).
-    p = torch.where(torch.isinf(lse), torch.zeros_like(s), torch.exp(s - lse))
+    p = torch.where(torch.isinf(lse), torch.zeros_like(s), torch.softmax(s, dim=-1))
     delta = (dof * of).sum(-1, keepdim=True)
     ds = p * (dof @ vf.transpose(-1, -2) - delta)
     dq = (ds @ kf) * scale
