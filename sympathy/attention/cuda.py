@@ -324,11 +324,12 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     band = has_band(causal_offset, window)
     # attn_mask: tile by tile (mask_tiles.py) on the hopper backward after a `hopper` call (dQ through shared
     # memory), on the mma backward otherwise (atomic dQ), else the math backward (deterministic: neither
-    # kernel orders a masked dQ). No kernel has a mask and dropout together (dropout.dropout_reason keeps
-    # such calls off both).
+    # kernel orders a masked dQ; a mask with far rows, mask_tiles.FAR_ROW_MAX: its forward ran on naive).
+    # No kernel has a mask and dropout together (dropout.dropout_reason keeps such calls off both).
     mask_tiles = attn_mask is not None and dropout is None and q.dtype in (torch.float16, torch.bfloat16) \
         and tile_shape("mma", d, True) and not band and not deterministic \
-        and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE)
+        and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE) \
+        and not has_far_rows(attn_mask, (B, Hq, Nq, Nk))
     d256 = d == 256 and q.device.type == "cuda" and _d256_fused_backward(
         q.dtype, torch.cuda.get_device_capability(q.device), attn_mask, window, dropout)
     if (attn_mask is not None and not mask_tiles) or (d not in BWD_HEAD_DIMS and not d256) \
@@ -336,7 +337,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
         if dropout is not None:   # dropout.dropout_reason keeps such calls off the fused dropout
             raise NotImplementedError("the torch-math backward has no dropout")
         return _math_backward(dout, q, k, v, out, lse, attn_mask, is_causal, scale, causal_offset=causal_offset,
-                              window=window)
+                              window=window, rows_complete=True)
     q, scale, dq_sign = _kernel_q_and_scale(q, scale)
     tensor_cores = q.dtype in (torch.float16, torch.bfloat16)
     if tensor_cores:   # cp.async reads 16-byte row chunks: a misaligned view is copied once
