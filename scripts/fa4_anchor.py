@@ -2,10 +2,10 @@
 anchor for scripts/hopper_check.py and scripts/bwd_device.py, measured in the same run as ours.
 
 Not a dependency: the device machine has no network, so its wheels travel with a run (flash-attn-4,
-nvidia-cutlass-dsl, nvidia-cutlass-dsl-libs-base, -libs-core and -libs-cu12, quack-kernels, apache-tvm-ffi,
+nvidia-cutlass-dsl, nvidia-cutlass-dsl-libs-base, -libs-core and -libs-cu13, quack-kernels, apache-tvm-ffi,
 torch-c-dlpack-ext, einops; cuda-bindings and protobuf where the image lacks them), installed with
---no-deps into a folder on PYTHONPATH; the 92 MB libs-cu12 wheel goes in two halves over two calls to one
-warm machine (docs/notes-hopper.md, fwd21: the first attempt lacked libs-core). Where it is not
+--no-deps into a folder on PYTHONPATH; the 92 MB libs-cu13 wheel goes in two halves over two calls to one
+warm machine (scripts/fa4_device.sh; docs/notes-hopper.md, "FA4 in the same run"). Where it is not
 importable, `load` says why and the callers skip its rows with that line.
 
 FA4 takes (B, N, H, d); our timings keep (B, H, N, d) tensors, so each cell makes contiguous (B, N, H, d)
