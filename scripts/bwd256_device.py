@@ -22,22 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bwd_device import median_ms
+from bwd_device import SymbolFrom, measure_step
 from sympathy.attention import cuda
 
 D, H_TOTAL = 256, 2048
 NAMES = ["flash", "cudnn", "ours", "ours-det", "ours-atomic", "math"]
 VARIANTS = {}   # NAME -> the library with that build's sy_attn_mma_bwd
-
-
-class _MmaBwdFrom:
-    """The loaded library with sy_attn_mma_bwd taken from another build (an earlier version)."""
-
-    def __init__(self, main, variant):
-        self._main, self._variant = main, variant
-
-    def __getattr__(self, name):
-        return getattr(self._variant if name == "sy_attn_mma_bwd" else self._main, name)
 
 
 def with_lib(name, fn):
@@ -124,16 +114,7 @@ def timing(sizes, log):
             for name in NAMES:
                 fwd, step = step_fns(name, leaves, dout, causal)
                 try:
-                    step()
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats()
-                    before = torch.cuda.memory_allocated()
-                    g = step()
-                    torch.cuda.synchronize()
-                    extra = (torch.cuda.max_memory_allocated() - before) / 2**20
-                    del g
-                    t_fb, t_f = median_ms(step), median_ms(fwd)
-                    res[name] = (3.5 * flops / t_fb / 1e9, 2.5 * flops / (t_fb - t_f) / 1e9, extra)
+                    res[name] = measure_step(step, fwd, flops)
                 except Exception as exc:  # noqa: BLE001 - a backend that does not run this shape
                     res[name] = None
                     log(f"{name} N={n} causal={causal}: {type(exc).__name__}: {str(exc)[:200]}")
@@ -182,7 +163,7 @@ def main():
     ffi, main = cuda.library(cuda.device_arch())
     for spec in args.variant:
         name, path = spec.split("=", 1)
-        VARIANTS[name] = _MmaBwdFrom(main, ffi.dlopen(path))
+        VARIANTS[name] = SymbolFrom(main, ffi.dlopen(path), "sy_attn_mma_bwd")
         NAMES.insert(3, name)
     if VARIANTS:
         print(f"variants {'passed' if check_variants(log) else 'FAILED'}", flush=True)

@@ -25,14 +25,14 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 import fa4_anchor  # noqa: E402
 
 
-class _HopperBwdFrom:
-    """The loaded library with sy_attn_hopper_bwd taken from another build (an earlier version)."""
+class SymbolFrom:
+    """The loaded library with one entry (`symbol`) taken from another build (an earlier version)."""
 
-    def __init__(self, main, variant):
-        self._main, self._variant = main, variant
+    def __init__(self, main, variant, symbol):
+        self._main, self._variant, self._symbol = main, variant, symbol
 
     def __getattr__(self, name):
-        return getattr(self._variant if name == "sy_attn_hopper_bwd" else self._main, name)
+        return getattr(self._variant if name == self._symbol else self._main, name)
 
 
 def variant_libs(specs):
@@ -60,7 +60,7 @@ def variant_libs(specs):
     with ThreadPoolExecutor(max(1, len(specs))) as pool:
         built = list(pool.map(build, specs))
     ffi, main = cuda.library(arch)
-    return {f"hopper-{name}": _HopperBwdFrom(main, ffi.dlopen(path)) for name, path in built}
+    return {f"hopper-{name}": SymbolFrom(main, ffi.dlopen(path), "sy_attn_hopper_bwd") for name, path in built}
 
 
 def reference_grads(q, k, v, dout, causal):
@@ -149,6 +149,22 @@ def median_ms(fn):
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
+def measure_step(step, fwd, flops):
+    """(fwd+bwd TFLOP/s, bwd-only TFLOP/s, extra MiB) of one training step: step() runs forward+backward,
+    fwd() the forward alone; flops = forward FLOPs (backward 2.5x). Extra MiB: the peak allocation of one
+    step above what was allocated before it (after a warm-up step)."""
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    g = step()
+    torch.cuda.synchronize()
+    extra = (torch.cuda.max_memory_allocated() - before) / 2**20
+    del g
+    t_fb, t_f = median_ms(step), median_ms(fwd)
+    return 3.5 * flops / t_fb / 1e9, 2.5 * flops / (t_fb - t_f) / 1e9, extra
+
+
 def timing(sizes, log, ours, variants=None, fa4=None):
     """variants: {"hopper-NAME": lib}, timed as `hopper` with that library's backward."""
     variants = variants or {}
@@ -198,17 +214,7 @@ def timing(sizes, log, ours, variants=None, fa4=None):
                         def step(fwd=fwd):
                             return torch.autograd.grad(fwd(), leaves, dout)
                     try:
-                        step()
-                        torch.cuda.synchronize()
-                        torch.cuda.reset_peak_memory_stats()
-                        before = torch.cuda.memory_allocated()
-                        g = step()
-                        torch.cuda.synchronize()
-                        extra = (torch.cuda.max_memory_allocated() - before) / 2**20
-                        del g
-                        t_fb = median_ms(step)
-                        t_f = median_ms(fwd)
-                        res[name] = (3.5 * flops / t_fb / 1e9, 2.5 * flops / (t_fb - t_f) / 1e9, extra)
+                        res[name] = measure_step(step, fwd, flops)
                     except Exception as exc:  # noqa: BLE001 - a backend that does not run this shape
                         res[name] = None
                         log(f"{name} d={d} N={n} causal={causal}: {type(exc).__name__}: {str(exc)[:100]}")

@@ -224,11 +224,7 @@ def workers_rate(transport: type, workers: int, tasks: int, loops: int) -> float
         put = tx.put
         for i in range(tasks):
             put(i)
-        deadline = time.monotonic() + tr.TIMEOUT_S
-        while sum(counters[w * 8] for w in range(workers)) < tasks:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{t.label}: workers did not finish {tasks} tasks in {tr.TIMEOUT_S} s")
-            time.sleep(0.0002)
+        _wait_for_tasks(counters, workers, tasks, f"{t.label}: workers did not finish")
         seconds = time.perf_counter() - t0
         t.finish()
         for _ in range(workers):
@@ -246,6 +242,16 @@ def workers_rate(transport: type, workers: int, tasks: int, loops: int) -> float
     return tasks / seconds
 
 
+def _wait_for_tasks(counters, workers: int, tasks: int, what: str) -> None:
+    """Poll the workers' done counters (slot w * 8: one cache line each) until they add up to `tasks`;
+    TimeoutError with `what` after tr.TIMEOUT_S."""
+    deadline = time.monotonic() + tr.TIMEOUT_S
+    while sum(counters[w * 8] for w in range(workers)) < tasks:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: {tasks} tasks in {tr.TIMEOUT_S} s")
+        time.sleep(0.0002)
+
+
 def ceiling_rate(workers: int, tasks: int, loops: int) -> float:
     """tasks/s of `workers` processes each running its share of the tasks with no transport at all
     (ids made in place, the same task body and counters as the workers shape, the clock run the
@@ -260,11 +266,7 @@ def ceiling_rate(workers: int, tasks: int, loops: int) -> float:
         ready.wait(tr.TIMEOUT_S)
         t0 = time.perf_counter()
         go.set()
-        deadline = time.monotonic() + tr.TIMEOUT_S
-        while sum(counters[w * 8] for w in range(workers)) < tasks:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no-transport ceiling: {tasks} tasks not done in {tr.TIMEOUT_S} s")
-            time.sleep(0.0002)
+        _wait_for_tasks(counters, workers, tasks, "no-transport ceiling: not done")
         seconds = time.perf_counter() - t0
     finally:
         for child in children:
