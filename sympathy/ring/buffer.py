@@ -1,14 +1,13 @@
 """RingBuffer: the ring's handle, its producer side and its shared segment."""
 from __future__ import annotations
 
-import contextlib
 import errno
 import queue
 import struct
 import sys
 import threading
 import weakref
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from ._core import (
     _describe, _rewait,
     _segment_version, _timeout_ns, _write_args_now, _write_i64, _write_many, _write_now, _write_one, ffi, lib,
 )
+from ._inplace import Claim
 from .consumer import Consumer, EventPoller
 from .segment import segment_name as _segment_name
 
@@ -271,37 +271,14 @@ class RingBuffer:
                 self._raise(status, f"publishing a batch ({done} of {n} items published)", queue.Full)
         self._written_spare.append(written)
 
-    @contextlib.contextmanager
-    def claim(self, n: int, timeout: float | None = None) -> Iterator[np.ndarray]:
+    def claim(self, n: int, timeout: float | None = None) -> Claim:
         """`with rb.claim(n) as slots: slots[:] = ...`: write n items in place, published on exit.
 
         The array is a view into the ring when the n slots are contiguous, else a scratch array
         copied in at publish. Claimed slots are always published, even if the block raises (a
         claimed sequence that is never published would stall every consumer).
         """
-        t = _timeout_ns(timeout)
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= self.capacity:
-            raise ValueError(f"n must be an int in [1, capacity={self.capacity}]; got {n!r}")
-        producer, slots, n = self._producer_handle(), self._slots, int(n)
-        hi = ffi.new("int64_t *", -1)  # stays -1 unless the claim succeeds: then it must be published
-        view, contiguous = None, True
-        try:
-            status = lib.sy_ring_claim(producer, n, t, hi)
-            if status == _SLICE:
-                status = _rewait(lib.sy_ring_claim, (producer, n), t, (hi,))
-            if status:
-                self._raise(status, f"claiming {n} slots", queue.Full)
-            start = (hi[0] - n + 1) & (self.capacity - 1)
-            contiguous = start + n <= self.capacity
-            view = slots[start:start + n] if contiguous else np.zeros((n, *self._row_shape), slots.dtype)
-            yield view
-        finally:
-            if hi[0] >= 0:  # even on Ctrl-C: a claim never published would stall every consumer
-                if view is not None and not contiguous:
-                    head = self.capacity - start
-                    slots[start:] = view[:head]
-                    slots[:n - head] = view[head:]
-                lib.sy_ring_publish(producer, hi[0] - n + 1, hi[0])
+        return Claim(self, n, timeout)
 
     def close_stream(self) -> None:
         """End of stream: producers can publish no more; consumers drain, then get ClosedError."""
