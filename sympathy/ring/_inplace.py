@@ -99,8 +99,7 @@ class ViewBatch:
         capacity = ring.capacity
         start = lo & (capacity - 1)
         n = min(c._hi[0] - lo + 1, int(max_n), capacity - start)
-        view = ring._slots[start:start + n]  # holds the mapping: kept past close(), it reads stale items
-        view.flags.writeable = False
+        view = ring._slots_read_only[start:start + n]  # holds the mapping: kept past close(), it reads stale items
         self._upto = lo + n - 1
         return view
 

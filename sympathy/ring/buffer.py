@@ -166,6 +166,8 @@ class RingBuffer:
         self._slots = (np.ndarray((self.capacity,), dtype=dtype, buffer=raw, strides=(stride,)) if dtype is not None
                        else np.ndarray((self.capacity, self.item_size), np.uint8, buffer=raw, strides=(stride, 1)))
         self._row_shape, self._row_dtype = self._slots.shape[1:], self._slots.dtype
+        self._slots_read_only = self._slots.view()  # view_batch's slices of it are read-only as made
+        self._slots_read_only.flags.writeable = False
         self._pack, self._unpack = _scalar_codec(dtype)
         self._int64 = dtype is not None and dtype == np.dtype(np.int64)
         self._last_batch = _NO_BATCH  # publish_batch's last array: see there
@@ -363,7 +365,7 @@ class RingBuffer:
             consumer._leave()
         self._producer = None  # its finaliser closes it: now, or when the last call inside returns
         self._last_batch = _NO_BATCH  # the caller's array is theirs to resize again
-        self._slots = None
+        self._slots = self._slots_read_only = None
         if self.name is not None and (self._owner if unlink is None else unlink):
             segment.unlink_own(self.name, self._nonce, self._inode)  # while mapped: it pins the inode
         elif self._owner:
