@@ -6,7 +6,8 @@
 #   ab            before/after in one run: MAIN (a second tree, built in place) and this tree called
 #                 alternately, REPS times each (scripts/pipeline_ab.py): 1080p and 64x48 frames
 #                 (sympathy's zero-copy rows, iceoryx2 and memcpy beside this tree's) and the workers
-#                 shape at 4 workers (the no-transport ceiling and sy.Queue, the same tasks in both)
+#                 shape at AB_WORKERS (4) workers (the no-transport ceiling and sy.Queue, the same tasks
+#                 in both)
 #   workers_curve `sympathy bench pipeline --only workers` at CURVE workers with its anchors
 #   profile       where a worker's time goes at PROFILE workers (scripts/workers_profile.py)
 #   batched two_threads frames workers   the third session's steps
@@ -17,6 +18,7 @@ STEPS=${STEPS:-"host batched two_threads frames workers profile"}
 CURVE=${CURVE:-"1 2 4 8 14"}
 PROFILE=${PROFILE:-"8 14"}
 REPS=${REPS:-5}
+AB_WORKERS=${AB_WORKERS-4}   # the ab step's worker counts ("" for frames only)
 MAIN=${MAIN:-}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -42,7 +44,7 @@ if has ab; then
     local name=$1 path=$2; shift 2
     PYTHONPATH=${PYTHONPATH_BASE:+$PYTHONPATH_BASE:}$path python3 scripts/pipeline_ab.py run --tree "$name" --out "$OUT/ab.jsonl" \
       --frame 1920x1080 64x48 --frames 48 --small-frames 3000 --frames-rows queue ring "$@" \
-      --workers 4 --tasks 20000 --loops "$loops" --workers-rows ceiling sy.Queue
+      --workers $AB_WORKERS --tasks 20000 --loops "$loops" --workers-rows ceiling sy.Queue
   }
   for r in $(seq "$REPS"); do
     if [ $((r % 2)) = 1 ]; then ab before "$MAIN"; ab after "$PWD" iceoryx2 memcpy; else ab after "$PWD" iceoryx2 memcpy; ab before "$MAIN"; fi
