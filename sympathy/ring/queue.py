@@ -253,15 +253,19 @@ class Queue(FramesMixin, AsyncMixin):
         """Remove and return an item; queue.Empty if none comes in time."""
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
         lock = self._get_lock
-        # An uncontended lock first: acquire() with a timeout costs twice a plain try (CPython
-        # reads the clock for it), and the worker-pool get is mostly uncontended
-        if not lock.acquire(False):
-            if t < 0:
-                lock.acquire()
-            elif not lock.acquire(True, t / 1e9):
-                raise queue.Empty
+        if block and timeout is None:
+            t = -1
+            lock.acquire()
+        else:
+            t = _timeout_ns(block, timeout)
+            # A try of the lock first: acquire() with a timeout costs twice as much (CPython reads
+            # the clock for it), and a worker pool's gets mostly find the lock free
+            if not lock.acquire(False):
+                if t < 0:
+                    lock.acquire()
+                elif not lock.acquire(True, t / 1e9):
+                    raise queue.Empty
         try:
             worker = self._worker or self._open_worker()
             out, tag = self._out, self._tag

@@ -296,10 +296,14 @@ class FramesMixin:
         GIL kept (into the kept scratch buffer, read under the lock), then the wait in slices."""
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
-        t = -1 if block and timeout is None else _timeout_ns(block, timeout)
         lock = self._get_lock
-        if not lock.acquire(False) and not lock.acquire(True, -1 if t < 0 else t / 1e9):
-            raise queue.Empty
+        if block and timeout is None:
+            t = -1
+            lock.acquire()
+        else:
+            t = _timeout_ns(block, timeout)
+            if not lock.acquire(False) and not lock.acquire(True, -1 if t < 0 else t / 1e9):  # a try first
+                raise queue.Empty
         try:
             worker = self._worker or self._open_worker()
             out, tag, scratch = self._out, self._tag, self._scratch_ptr
