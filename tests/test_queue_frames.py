@@ -306,3 +306,39 @@ def test_a_frame_record_reads_back_what_was_written():
         record = frame_record(5, 123, shape, dtype)
         assert read_frame_record(record) == (5, 123, shape, dtype)
         assert read_frame_record(bytearray(record)) == (5, 123, shape, dtype)
+
+
+def test_producer_threads_sharing_one_handle_never_write_the_same_buffer():
+    """Two producer threads of one handle, each frame filled with its own value while the other
+    thread fills another: each frame arrives once and whole (two threads handed one buffer would
+    tear frames or lose one)."""
+    q, per_thread = sy.Queue(frame_bytes=FRAME_BYTES, frame_count=6), 120
+    errors = []
+
+    def produce(first):
+        try:
+            for seq in range(first, first + per_thread):
+                with q.put_array(SHAPE, np.uint8, timeout=TIMEOUT) as frame:
+                    frame[...] = frame_of(seq)
+                    time.sleep(0)  # let the other thread take a buffer meanwhile
+                    frame[1:] = frame_of(seq)[1:]
+                del frame
+        except BaseException as exc:  # reported below: an assertion in a thread would be lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(first,)) for first in (0, per_thread)]
+    for thread in threads:
+        thread.start()
+    seen = []
+    for _ in range(2 * per_thread):
+        with q.get_array(timeout=TIMEOUT) as view:
+            seq = int(view[0, 0, 0])
+            assert np.array_equal(view, frame_of(seq))
+            seen.append(seq)
+        del view
+    for thread in threads:
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+    assert not errors
+    assert sorted(seen) == list(range(2 * per_thread))  # 2 * 120 < 251: every value its own
+    assert all(kind == 0 and pin == 0 for kind, pin in states(q))

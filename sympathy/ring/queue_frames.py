@@ -107,7 +107,6 @@ class FrameStore:
         self.handle, self.name = handle, name
         self.count = int(lib.sy_frames_capacity(handle))
         self.frame_bytes = int(lib.sy_frames_bytes(handle))
-        self._index, self._gen = ffi.new("int64_t *"), ffi.new("int64_t *")
         unpin, release = lib.sy_frames_unpin, lib.sy_frames_release
         # What runs when the last array over a buffer goes (see array()); each keeps the handle,
         # so the mapping outlives every view of it.
@@ -142,15 +141,16 @@ class FrameStore:
     def acquire(self, wait) -> tuple[int, int]:
         """A free buffer, pinned to this process: (index, generation). wait(call, head, tail) runs
         the C wait in slices (queue.Full when it times out); a first look does not wait."""
-        index, gen = self._index, self._gen
+        out = ffi.new("int64_t[2]")  # per call: two producer threads of one handle never share it
+        index, gen = out, out + 1
         if lib.sy_frames_acquire_now(self.handle, index, gen) == 0:
-            return index[0], gen[0]
+            return out[0], out[1]
         status = wait(lib.sy_frames_acquire, (self.handle,), (index, gen))
         if status:
             if status == SY_ETIMEDOUT:
                 raise queue.Full
             check(status, "taking a frame buffer")
-        return int(self._index[0]), int(self._gen[0])
+        return out[0], out[1]
 
     def array(self, index: int, shape, dtype, nbytes: int, *, writeable: bool, on_gone) -> np.ndarray:
         """An array over buffer `index`; on_gone(pointer) runs once it and every array made from it
