@@ -346,7 +346,7 @@ void *sy_frames_data(const sy_ring *frames, int64_t index);
 /* The lowest free buffer (the most likely still cached), for this process: pinned to it until
  * sy_frames_unpin. */
 int sy_frames_acquire(sy_ring *frames, int64_t timeout_ns, int64_t *index, int64_t *gen);
-int sy_frames_acquire_now(sy_ring *frames, int64_t *index, int64_t *gen);  /* no wait: SY_ETIMEDOUT */
+int64_t sy_frames_acquire_now(sy_ring *frames);  /* no wait: gen << 32 | index, or -1 */
 void sy_frames_queued(sy_ring *frames, int64_t index, int64_t gen);  /* its record is in the queue */
 int sy_frames_take(sy_ring *frames, int64_t index, int64_t gen);     /* SY_EINVAL: a stale record */
 int sy_frames_release(sy_ring *frames, int64_t index, int64_t gen);  /* held or staged by us -> free */

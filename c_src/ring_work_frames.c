@@ -149,12 +149,13 @@ int sy_frames_acquire(sy_ring *f, int64_t timeout_ns, int64_t *index, int64_t *g
 }
 
 /* sy_frames_acquire's first look, which never waits: called with the GIL kept (a release and
- * re-take of the GIL costs about as much as the look itself). SY_ETIMEDOUT: none free now. */
-int sy_frames_acquire_now(sy_ring *f, int64_t *index, int64_t *gen) {
-    int64_t i = try_acquire(f, my_pid(), gen);
-    if (i < 0) return SY_ETIMEDOUT;
-    *index = i;
-    return SY_OK;
+ * re-take of the GIL costs about as much as the look itself). Returns gen << 32 | index, or -1 when
+ * none is free now: one return value, so two Python threads of one handle need no out-parameters
+ * of their own (an allocation a call). */
+int64_t sy_frames_acquire_now(sy_ring *f) {
+    int64_t gen;
+    int64_t i = try_acquire(f, my_pid(), &gen);
+    return i < 0 ? -1 : gen << 32 | i;
 }
 
 /* The record is in the queue: the buffer no longer depends on its producer living. A consumer may

@@ -141,11 +141,11 @@ class FrameStore:
     def acquire(self, wait) -> tuple[int, int]:
         """A free buffer, pinned to this process: (index, generation). wait(call, head, tail) runs
         the C wait in slices (queue.Full when it times out); a first look does not wait."""
+        got = lib.sy_frames_acquire_now(self.handle)  # gen << 32 | index: no shared out-parameters
+        if got >= 0:
+            return got & 0xFFFFFFFF, got >> 32
         out = ffi.new("int64_t[2]")  # per call: two producer threads of one handle never share it
-        index, gen = out, out + 1
-        if lib.sy_frames_acquire_now(self.handle, index, gen) == 0:
-            return out[0], out[1]
-        status = wait(lib.sy_frames_acquire, (self.handle,), (index, gen))
+        status = wait(lib.sy_frames_acquire, (self.handle,), (out, out + 1))
         if status:
             if status == SY_ETIMEDOUT:
                 raise queue.Full
