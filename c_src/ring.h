@@ -174,6 +174,9 @@ int sy_ring_write_i64(sy_ring_producer *producer, int64_t value, int64_t timeout
  * capacity, n * slot_size <= SY_RING_NOW_BYTES and room for all n now. Otherwise SY_RING_NOT_NOW
  * and nothing is written (call sy_ring_write). Never waits: the Python layer keeps the GIL. */
 int sy_ring_write_now(sy_ring_producer *producer, const void *items, int64_t n);
+/* sy_ring_claim for a single producer if room for n is there now (SY_RING_NOT_NOW otherwise, and
+ * for a multi-producer ring: call sy_ring_claim). Never waits: the Python layer keeps the GIL. */
+int sy_ring_claim_now(sy_ring_producer *producer, int64_t n, int64_t *hi);
 /* sy_ring_write_now with its arguments in one struct, kept by the caller for the array it publishes
  * again and again: one argument crosses the FFI (cffi then calls it as METH_O, no argument tuple). */
 typedef struct sy_ring_write_args {
@@ -343,6 +346,7 @@ void *sy_frames_data(const sy_ring *frames, int64_t index);
 /* The lowest free buffer (the most likely still cached), for this process: pinned to it until
  * sy_frames_unpin. */
 int sy_frames_acquire(sy_ring *frames, int64_t timeout_ns, int64_t *index, int64_t *gen);
+int64_t sy_frames_acquire_now(sy_ring *frames);  /* no wait: gen << 32 | index, or -1 */
 void sy_frames_queued(sy_ring *frames, int64_t index, int64_t gen);  /* its record is in the queue */
 int sy_frames_take(sy_ring *frames, int64_t index, int64_t gen);     /* SY_EINVAL: a stale record */
 int sy_frames_release(sy_ring *frames, int64_t index, int64_t gen);  /* held or staged by us -> free */

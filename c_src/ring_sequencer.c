@@ -428,6 +428,30 @@ int sy_ring_write_now(sy_ring_producer *p, const void *items, int64_t n) {
     return SY_OK;
 }
 
+/* sy_ring_claim's first try for a single producer, which never waits (SY_RING_NOT_NOW when the
+ * ring is full now, or for a multi-producer ring): the Python `claim` calls it with the GIL kept,
+ * as sy_ring_write_now, and the waiting claim only when it answers "not now". The claim stays
+ * open until sy_ring_publish, as sy_ring_claim's. */
+int sy_ring_claim_now(sy_ring_producer *p, int64_t n, int64_t *hi) {
+    sy_ring *r = p->ring;
+    if (r->producer_kind != SY_RING_SINGLE_PRODUCER || n < 1 || n > ring_capacity(r)) return SY_RING_NOT_NOW;
+    if (atomic_load_explicit(&r->header->registry.closed, memory_order_relaxed)) return SY_ECLOSED;  /* as claim */
+    if (r->refuse_concurrent_claims && !enter_single_claim(p)) return SY_RING_EBUSY;
+    int64_t next = p->next_claim + n;
+    int64_t wrap_point = next - ring_capacity(r);
+    if (wrap_point > p->gating_cache) {
+        int64_t gating = minimum_gating(r, p->next_claim);  /* acquire loads: see claim_single's wait */
+        if (wrap_point > gating) {
+            atomic_store_explicit(&p->busy, 0, memory_order_release);  /* no claim made */
+            return SY_RING_NOT_NOW;
+        }
+        p->gating_cache = gating;
+    }
+    p->next_claim = next;
+    *hi = next;
+    return SY_OK;
+}
+
 int sy_ring_write_args_now(const sy_ring_write_args *a) { return sy_ring_write_now(a->producer, a->items, a->n); }
 
 int sy_ring_write_one(sy_ring_producer *p, const void *item, int64_t timeout_ns) {

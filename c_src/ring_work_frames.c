@@ -23,6 +23,7 @@
  */
 #include "ring_work_internal.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #define FRAME_KIND_SHIFT 62
@@ -44,6 +45,23 @@ static inline int64_t frame_state(int kind, int64_t gen, int64_t pid) {
 static inline int state_kind(int64_t s) { return (int)((uint64_t)s >> FRAME_KIND_SHIFT); }
 static inline int64_t state_gen(int64_t s) { return (s >> FRAME_GEN_SHIFT) & FRAME_GEN_MASK; }
 static inline int64_t state_pid(int64_t s) { return s & 0xFFFFFFFF; }
+
+/* This process's pid, for the owner fields. getpid() is a system call (glibc stopped caching it in
+ * 2.25): four of them a frame cost ~1 us on the 2-core VM, 5-8 % of a small frame's whole
+ * handover. Cached here; a fork's child forgets the parent's (pthread_atfork). relaxed: each
+ * thread of a process computes the same value, nothing is published through it. */
+static _Atomic int64_t cached_pid;
+static pthread_once_t forget_registered = PTHREAD_ONCE_INIT;
+static void forget_pid(void) { atomic_store_explicit(&cached_pid, 0, memory_order_relaxed); }
+static void register_forget(void) { pthread_atfork(NULL, NULL, forget_pid); }
+static int64_t my_pid(void) {
+    int64_t pid = atomic_load_explicit(&cached_pid, memory_order_relaxed);
+    if (pid) return pid;
+    pthread_once(&forget_registered, register_forget);
+    pid = getpid();
+    atomic_store_explicit(&cached_pid, pid, memory_order_relaxed);
+    return pid;
+}
 
 static inline _Atomic int64_t *state_word(const sy_ring *f, int64_t i) { return &slot_header(f, i)->published_plus_one; }
 static inline sy_frame_meta *frame_meta(const sy_ring *f, int64_t i) { return item_at(f, i); }
@@ -113,7 +131,7 @@ static bool frame_ready(void *ctx) {
 }
 
 int sy_frames_acquire(sy_ring *f, int64_t timeout_ns, int64_t *index, int64_t *gen) {
-    int64_t pid = getpid();
+    int64_t pid = my_pid();
     struct pool_wait pw;
     pool_wait_start(&pw, f, timeout_ns);
     struct frame_wanted fw = {.frames = f};
@@ -128,6 +146,16 @@ int sy_frames_acquire(sy_ring *f, int64_t timeout_ns, int64_t *index, int64_t *g
         if (status != SY_OK) return status;
         if (liveness_due) reclaim_dead(f);
     }
+}
+
+/* sy_frames_acquire's first look, which never waits: called with the GIL kept (a release and
+ * re-take of the GIL costs about as much as the look itself). Returns gen << 32 | index, or -1 when
+ * none is free now: one return value, so two Python threads of one handle need no out-parameters
+ * of their own (an allocation a call). */
+int64_t sy_frames_acquire_now(sy_ring *f) {
+    int64_t gen;
+    int64_t i = try_acquire(f, my_pid(), &gen);
+    return i < 0 ? -1 : gen << 32 | i;
 }
 
 /* The record is in the queue: the buffer no longer depends on its producer living. A consumer may
@@ -145,7 +173,7 @@ void sy_frames_queued(sy_ring *f, int64_t index, int64_t gen) {
 int sy_frames_take(sy_ring *f, int64_t index, int64_t gen) {
     if (index < 0 || index > f->mask) return SY_EINVAL;
     _Atomic int64_t *word = state_word(f, index);
-    int64_t held = frame_state(FRAME_HELD, gen, getpid());
+    int64_t held = frame_state(FRAME_HELD, gen, my_pid());
     int64_t s = atomic_load_explicit(word, memory_order_acquire);
     while ((state_kind(s) == FRAME_STAGED || state_kind(s) == FRAME_QUEUED) && state_gen(s) == gen) {
         if (atomic_compare_exchange_weak_explicit(word, &s, held, memory_order_acq_rel, memory_order_acquire))
@@ -158,7 +186,7 @@ int sy_frames_take(sy_ring *f, int64_t index, int64_t gen) {
  * buffer come before the next producer's writes. */
 int sy_frames_release(sy_ring *f, int64_t index, int64_t gen) {
     _Atomic int64_t *word = state_word(f, index & f->mask);
-    int64_t pid = getpid();
+    int64_t pid = my_pid();
     int64_t s = atomic_load_explicit(word, memory_order_relaxed);
     if ((state_kind(s) != FRAME_HELD && state_kind(s) != FRAME_STAGED) || state_gen(s) != gen ||
         state_pid(s) != (pid & 0xFFFFFFFF))
@@ -172,7 +200,7 @@ int sy_frames_release(sy_ring *f, int64_t index, int64_t gen) {
 
 /* The producer's last view of the buffer is gone. */
 void sy_frames_unpin(sy_ring *f, int64_t index) {
-    int64_t pid = getpid();
+    int64_t pid = my_pid();
     atomic_compare_exchange_strong_explicit(&frame_meta(f, index & f->mask)->pin, &pid, 0, memory_order_release,
                                             memory_order_relaxed);
     wake_waiters(f);

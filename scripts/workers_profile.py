@@ -83,7 +83,10 @@ def run(n: int, tasks: int, loops: int, transport: bool) -> dict:
     return {"workers": n, "transport": "sy.Queue" if transport else "none (ceiling)", "rate": tasks / seconds,
             "task_wall_us": sum(r[1] for r in rows) / done / 1e3, "task_cpu_us": sum(r[2] for r in rows) / done / 1e3,
             "get_us": sum(r[3] for r in rows) / done / 1e3, "put_total_s": put_s,
-            "busy_share": statistics.mean((r[1] + r[3]) / max(1, r[5] - r[4]) for r in rows)}
+            "busy_share": statistics.mean((r[1] + r[3]) / max(1, r[5] - r[4]) for r in rows),
+            # the slowest worker's span over the mean span: a fixed share per worker (the ceiling)
+            # ends with its slowest worker, shared work evens out
+            "imbalance": max(r[5] - r[4] for r in rows) / statistics.mean(r[5] - r[4] for r in rows)}
 
 
 def main() -> None:
@@ -102,14 +105,15 @@ def main() -> None:
     print(f"cpus {len(os.sched_getaffinity(0))}, serial task: {serial['task_wall_us']:.1f} us wall, "
           f"{serial['task_cpu_us']:.1f} us CPU")
     out = {"serial": serial, "runs": []}
-    print("workers | transport       | tasks/s | x N*serial | task wall us | task CPU us | get us | put s | busy")
+    print("workers | transport       | tasks/s | x N*serial | task wall us | task CPU us | get us | put s | busy | imbalance")
     for n in args.workers:
         for transport in (False, True):
             r = run(n, args.tasks, loops, transport)
             out["runs"].append(r)
             print(f"{n:7d} | {r['transport']:15s} | {r['rate']:7.0f} | "
                   f"{r['rate'] * serial['task_wall_us'] / 1e6 / n:10.2f} | {r['task_wall_us']:12.1f} | "
-                  f"{r['task_cpu_us']:11.1f} | {r['get_us']:6.2f} | {r['put_total_s']:5.3f} | {r['busy_share']:.2f}")
+                  f"{r['task_cpu_us']:11.1f} | {r['get_us']:6.2f} | {r['put_total_s']:5.3f} | {r['busy_share']:.2f} | "
+                  f"{r['imbalance']:.3f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -7,9 +7,9 @@ frame's pixels, a buffer lost for good, a hang (every wait here is bounded).
 """
 import multiprocessing as mp
 import os
-import pickle
 import queue
 import signal
+import threading
 import time
 
 import numpy as np
@@ -17,6 +17,7 @@ import pytest
 
 import sympathy as sy
 from sympathy._ring import ffi, lib
+from sympathy.ring.queue_frames import frame_record, read_frame_record
 
 TIMEOUT = 30.0
 SHAPE = (48, 64, 3)  # a small "frame": the same code paths as 1080p, in less memory
@@ -129,7 +130,7 @@ def test_a_stale_frame_record_is_skipped_and_counted():
     """A record whose buffer was reclaimed (its producer died just after putting it) names an old
     generation: get() skips it, counts it in `abandoned`, and returns the next item."""
     q = sy.Queue(frame_bytes=FRAME_BYTES, frame_count=2)
-    q._put_frame_record(pickle.dumps((0, 12345, SHAPE, np.dtype(np.uint8))))
+    q._put_frame_record(frame_record(0, 12345, SHAPE, np.dtype(np.uint8)))
     q.put("next")
     assert q.get(timeout=TIMEOUT) == "next" and q.abandoned == 1
 
@@ -208,3 +209,136 @@ def test_a_consumer_killed_holding_a_frame_gives_its_buffer_back():
         frame[...] = frame_of(2)
     held.discard()
     assert np.array_equal(q.get(timeout=TIMEOUT), frame_of(2))
+
+
+# ---- the per-frame fast paths (issue 19, fourth session) ----------------------------------------------------
+def _stage_a_frame_and_hang(q, ready):
+    writer = q.put_array(SHAPE, np.uint8, timeout=TIMEOUT)  # STAGED and pinned by this process
+    writer.array[...] = frame_of(9)
+    ready.set()
+    time.sleep(600)  # killed here
+
+
+def test_a_forked_producer_killed_holding_a_buffer_gives_it_back():
+    """The parent used the frames first, so its pid is cached in the C library the child inherits:
+    the child's buffer must still name the child (the cache is forgotten at fork), or the parent
+    would wait on a live owner for ever. Allowed: the dead child's staged frame never arrives;
+    every buffer comes back to the producers within one liveness period of their wait."""
+    ctx = mp.get_context("fork")
+    q = sy.Queue(frame_bytes=FRAME_BYTES, frame_count=2)
+    with q.put_array(SHAPE, np.uint8) as frame:  # this process's pid now cached
+        frame[...] = frame_of(1)
+    del frame
+    assert np.array_equal(q.get(timeout=TIMEOUT), frame_of(1))
+    ready = ctx.Event()
+    victim = ctx.Process(target=_stage_a_frame_and_hang, args=(q, ready))
+    victim.start()
+    assert ready.wait(TIMEOUT)
+    kinds = [kind for kind, _ in states(q)]
+    assert kinds.count(1) == 1  # one buffer STAGED (by the child)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(TIMEOUT)
+    assert victim.exitcode == -signal.SIGKILL
+    for seq in (2, 3):  # both buffers, the dead child's reclaimed by the wait
+        with q.put_array(SHAPE, np.uint8, timeout=TIMEOUT) as frame:
+            frame[...] = frame_of(seq)
+    del frame
+    assert [int(q.get(timeout=TIMEOUT)[0, 0, 0]) for _ in range(2)] == [2, 3]
+    assert q.empty() and all(kind == 0 and pin == 0 for kind, pin in states(q))
+
+
+def test_a_frame_record_behind_spilled_items_keeps_its_place():
+    """A ring too small for what is put: items spill to the feeder, and a frame record put after
+    them must wait its turn behind them (not jump the spill), then arrive once."""
+    q = sy.Queue(capacity_bytes=1024, frame_bytes=FRAME_BYTES, frame_count=2)  # 8 slots of 128 bytes
+    items = [bytes(300) + bytes([i]) for i in range(6)]  # 3 slots each: most of them spill
+    for item in items:
+        q.put(item)
+    with q.put_array(SHAPE, np.uint8, timeout=TIMEOUT) as frame:
+        frame[...] = frame_of(4)
+    del frame
+    q.put("after")
+    got = [q.get(timeout=TIMEOUT) for _ in items]
+    assert got == items
+    with q.get_array(timeout=TIMEOUT) as view:
+        assert np.array_equal(view, frame_of(4))
+    del view
+    assert q.get(timeout=TIMEOUT) == "after" and q.empty()
+    assert all(kind == 0 and pin == 0 for kind, pin in states(q))
+
+
+def test_threads_sharing_one_handle_take_each_frame_once():
+    """get_array reads a frame's record in the handle's kept buffer, under its lock: two consumer
+    threads of one handle, a producer thread, every frame to exactly one of them, intact."""
+    q, n = sy.Queue(frame_bytes=FRAME_BYTES, frame_count=6), 240
+    got = [[], []]
+
+    def consume(mine):
+        while True:
+            try:
+                with q.get_array(timeout=TIMEOUT) as view:
+                    seq = int(view[0, 0, 0])
+                    assert np.array_equal(view, frame_of(seq))
+                    mine.append(seq)
+            except TypeError:  # the None that ends it
+                return
+
+    threads = [threading.Thread(target=consume, args=(got[i],)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for seq in range(n):
+        with q.put_array(SHAPE, np.uint8, timeout=TIMEOUT) as frame:
+            frame[...] = frame_of(seq)
+        del frame
+    q.put(None)
+    q.put(None)
+    for thread in threads:
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+    assert sorted(got[0] + got[1]) == list(range(n))
+    assert all(kind == 0 and pin == 0 for kind, pin in states(q))
+
+
+def test_a_frame_record_reads_back_what_was_written():
+    for shape, dtype in [((1080, 1920, 3), np.uint8), ((7,), np.float64), ((), np.int32), ((2, 0, 5), np.uint16),
+                         ((3, 4), np.dtype([("a", "<i4"), ("b", "<f8")]))]:
+        dtype = np.dtype(dtype)
+        record = frame_record(5, 123, shape, dtype)
+        assert read_frame_record(record) == (5, 123, shape, dtype)
+        assert read_frame_record(bytearray(record)) == (5, 123, shape, dtype)
+
+
+def test_producer_threads_sharing_one_handle_never_write_the_same_buffer():
+    """Two producer threads of one handle, each frame filled with its own value while the other
+    thread fills another: each frame arrives once and whole (two threads handed one buffer would
+    tear frames or lose one)."""
+    q, per_thread = sy.Queue(frame_bytes=FRAME_BYTES, frame_count=6), 120
+    errors = []
+
+    def produce(first):
+        try:
+            for seq in range(first, first + per_thread):
+                with q.put_array(SHAPE, np.uint8, timeout=TIMEOUT) as frame:
+                    frame[...] = frame_of(seq)
+                    time.sleep(0)  # let the other thread take a buffer meanwhile
+                    frame[1:] = frame_of(seq)[1:]
+                del frame
+        except BaseException as exc:  # reported below: an assertion in a thread would be lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(first,)) for first in (0, per_thread)]
+    for thread in threads:
+        thread.start()
+    seen = []
+    for _ in range(2 * per_thread):
+        with q.get_array(timeout=TIMEOUT) as view:
+            seq = int(view[0, 0, 0])
+            assert np.array_equal(view, frame_of(seq))
+            seen.append(seq)
+        del view
+    for thread in threads:
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+    assert not errors
+    assert sorted(seen) == list(range(2 * per_thread))  # 2 * 120 < 251: every value its own
+    assert all(kind == 0 and pin == 0 for kind, pin in states(q))

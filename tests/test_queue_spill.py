@@ -62,6 +62,11 @@ def test_spilled_records_count_in_qsize_and_keep_order_with_later_puts():
     q.put_nowait("small")  # goes behind the spilled ones, though it would fit the ring now
     got = [q.get(timeout=TIMEOUT) for _ in range(101)]
     assert [g[0] for g in got[:100]] == list(range(100)) and got[100] == "small"
+    # The feeder drops a record from its deque just after the record is in the ring, and the put
+    # between releases the GIL: a get may take the last record first. It ends once the deque is empty.
+    feeder = q._feeder
+    if feeder is not None:
+        feeder.join(TIMEOUT)
     assert q.empty() and not q._spill
 
 

@@ -21,7 +21,13 @@ BENCH_SOURCES = ["ring_bench_harness.c", "ring_bench.c", "ring_bench_latency.c"]
 
 # Never wait; copy at most SY_QUEUE_SMALL_BYTES (the queue's) or SY_RING_NOW_BYTES (the batched path's).
 KEEP_GIL = ("sy_queue_put_small", "sy_queue_get_small", "sy_ring_write_now", "sy_ring_write_args_now",
-            "sy_ring_read_now")
+            "sy_ring_read_now",
+            # the in-place claim's first try, and the publish and release that end a claim or a view
+            "sy_ring_claim_now", "sy_ring_publish", "sy_ring_release",
+            # the zero-copy frames' per-frame calls: a look or a compare-and-swap on one word each
+            # (a release's wake is one futex syscall at most), never a wait
+            "sy_frames_acquire_now", "sy_frames_queued", "sy_frames_take", "sy_frames_release",
+            "sy_frames_unpin", "sy_frames_data")
 
 _KEEP_GIL_PREAMBLE = """
 #include <string.h>

@@ -26,6 +26,8 @@ def _timeout_ns(block: bool, timeout) -> int:
         return 0
     if timeout is None:
         return -1
+    if (type(timeout) is float or type(timeout) is int) and 0 <= timeout < 1e9:  # the common call (not nan)
+        return int(timeout * 1e9)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds or None; got {type(timeout).__name__}")
     if timeout != timeout:

@@ -1,14 +1,13 @@
 """RingBuffer: the ring's handle, its producer side and its shared segment."""
 from __future__ import annotations
 
-import contextlib
 import errno
 import queue
 import struct
 import sys
 import threading
 import weakref
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from ._core import (
     _describe, _rewait,
     _segment_version, _timeout_ns, _write_args_now, _write_i64, _write_many, _write_now, _write_one, ffi, lib,
 )
+from ._inplace import Claim
 from .consumer import Consumer, EventPoller
 from .segment import segment_name as _segment_name
 
@@ -166,6 +166,8 @@ class RingBuffer:
         self._slots = (np.ndarray((self.capacity,), dtype=dtype, buffer=raw, strides=(stride,)) if dtype is not None
                        else np.ndarray((self.capacity, self.item_size), np.uint8, buffer=raw, strides=(stride, 1)))
         self._row_shape, self._row_dtype = self._slots.shape[1:], self._slots.dtype
+        self._slots_read_only = self._slots.view()  # view_batch's slices of it are read-only as made
+        self._slots_read_only.flags.writeable = False
         self._pack, self._unpack = _scalar_codec(dtype)
         self._int64 = dtype is not None and dtype == np.dtype(np.int64)
         self._last_batch = _NO_BATCH  # publish_batch's last array: see there
@@ -271,37 +273,14 @@ class RingBuffer:
                 self._raise(status, f"publishing a batch ({done} of {n} items published)", queue.Full)
         self._written_spare.append(written)
 
-    @contextlib.contextmanager
-    def claim(self, n: int, timeout: float | None = None) -> Iterator[np.ndarray]:
+    def claim(self, n: int, timeout: float | None = None) -> Claim:
         """`with rb.claim(n) as slots: slots[:] = ...`: write n items in place, published on exit.
 
         The array is a view into the ring when the n slots are contiguous, else a scratch array
         copied in at publish. Claimed slots are always published, even if the block raises (a
         claimed sequence that is never published would stall every consumer).
         """
-        t = _timeout_ns(timeout)
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= self.capacity:
-            raise ValueError(f"n must be an int in [1, capacity={self.capacity}]; got {n!r}")
-        producer, slots, n = self._producer_handle(), self._slots, int(n)
-        hi = ffi.new("int64_t *", -1)  # stays -1 unless the claim succeeds: then it must be published
-        view, contiguous = None, True
-        try:
-            status = lib.sy_ring_claim(producer, n, t, hi)
-            if status == _SLICE:
-                status = _rewait(lib.sy_ring_claim, (producer, n), t, (hi,))
-            if status:
-                self._raise(status, f"claiming {n} slots", queue.Full)
-            start = (hi[0] - n + 1) & (self.capacity - 1)
-            contiguous = start + n <= self.capacity
-            view = slots[start:start + n] if contiguous else np.zeros((n, *self._row_shape), slots.dtype)
-            yield view
-        finally:
-            if hi[0] >= 0:  # even on Ctrl-C: a claim never published would stall every consumer
-                if view is not None and not contiguous:
-                    head = self.capacity - start
-                    slots[start:] = view[:head]
-                    slots[:n - head] = view[head:]
-                lib.sy_ring_publish(producer, hi[0] - n + 1, hi[0])
+        return Claim(self, n, timeout)
 
     def close_stream(self) -> None:
         """End of stream: producers can publish no more; consumers drain, then get ClosedError."""
@@ -386,7 +365,7 @@ class RingBuffer:
             consumer._leave()
         self._producer = None  # its finaliser closes it: now, or when the last call inside returns
         self._last_batch = _NO_BATCH  # the caller's array is theirs to resize again
-        self._slots = None
+        self._slots = self._slots_read_only = None
         if self.name is not None and (self._owner if unlink is None else unlink):
             segment.unlink_own(self.name, self._nonce, self._inode)  # while mapped: it pins the inode
         elif self._owner:

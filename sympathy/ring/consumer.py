@@ -1,7 +1,6 @@
 """Consumer and EventPoller: the ring's consumer side (waiting reads, zero-copy views, polling)."""
 from __future__ import annotations
 
-import contextlib
 import enum
 import queue
 import sys
@@ -14,6 +13,7 @@ from ._core import (
     ARENA_BYTES, MAX_CONSUMERS, NOW_BYTES, READ_AHEAD, _NOT_NOW, _SLICE, _describe, _read_ahead,
     _read_now, _read_one, _rewait, _timeout_ns, ffi, lib,
 )
+from ._inplace import ViewBatch
 
 _refcount = sys.getrefcount
 
@@ -266,34 +266,14 @@ class Consumer:
         self._arena_unused = _refcount(arena)
         self._arena_at, self._arena_n = 0, items
 
-    @contextlib.contextmanager
-    def view_batch(self, max_n: int, timeout: float | None = None) -> Iterator[np.ndarray]:
+    def view_batch(self, max_n: int, timeout: float | None = None) -> ViewBatch:
         """`with c.view_batch(n) as items:` a read-only zero-copy view of up to n ready items.
 
         The view aliases ring slots: it is valid only inside the block; the slots are released to
         the producers when the block exits, after which they are overwritten. Copy what you keep.
         A batch never wraps around the ring's end, so it may be shorter than what is ready.
         """
-        t = _timeout_ns(timeout)
-        if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or max_n < 1:
-            raise ValueError(f"max_n must be an int >= 1; got {max_n!r}")
-        handle = self._open_handle()
-        if self._ahead or self._ahead_n[0]:  # what get() already took comes first (released: a copy)
-            taken = self._take_ahead(int(max_n))
-            taken.flags.writeable = False
-            yield taken
-            return
-        ring, slots = self._ring, self._ring._slots
-        self._wait(handle, t)
-        lo = lib.sy_ring_consumer_sequence(handle) + 1
-        start = lo & (ring.capacity - 1)
-        n = min(self._hi[0] - lo + 1, int(max_n), ring.capacity - start)
-        view = slots[start:start + n]  # holds the mapping: kept past close(), it reads stale items
-        view.flags.writeable = False
-        try:
-            yield view
-        finally:
-            lib.sy_ring_release(handle, lo + n - 1)
+        return ViewBatch(self, max_n, timeout)
 
     def __iter__(self) -> Iterator:
         """Items until the stream is closed and drained."""
