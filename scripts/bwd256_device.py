@@ -94,7 +94,7 @@ for dtype in (torch.bfloat16, torch.float16):
             s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device="cuda").triu(1 + offset), -math.inf)
         p = torch.softmax(s, -1).nan_to_num(0.0)
         refs = torch.autograd.grad(p @ vv, ref, dout.double())
-        errs = [((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-30)).item() for g, r in zip(grads, refs)]
+        errs = [((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-2)).item() for g, r in zip(grads, refs)]
         worst = max(worst, *errs)
         print(f"{sys.argv[1]} {str(dtype)[6:]} Nq={nq} Nk={nk} H={hq}/{hkv} causal={causal} offset={offset}: "
               "err dq/dk/dv " + " ".join(f"{e:.1e}" for e in errs), flush=True)
