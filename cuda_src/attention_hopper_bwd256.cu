@@ -1,6 +1,6 @@
 // `hopper` backward at d = 256: wgmma and TMA for sm_90a (H100/H200), fp16/bf16, dense or causal (any
-// causal_offset, a window open on the left), GQA; dQ by atomics, so not deterministic (the mma backward,
-// attention_mma_bwd.cu, serves deterministic calls; sympathy/attention/cuda.py routes).
+// causal_offset, a window open on the left), GQA, deterministic or not (dQ by atomics, in a fixed order of
+// key blocks when deterministic: wait_turn).
 //
 // The budget decides the shape (docs/notes-attention-bwd.md, session d256w21). A block owns 64 keys of one
 // (batch, query head): their dK and dV over all 256 columns are 2 x 64 x 256 fp32 = 128 KiB of
@@ -78,8 +78,9 @@ static_assert(Tr::kPanels * Tr::kPanelCols == Tr::kHeadDim && Tr::kAtomBytes == 
                   Tr::kQPanelBytes * Tr::kPanels == Tr::kQBytes && Tr::kPBytes == Tr::kKStepsM * 128 * 16,
               "panels of 64 columns, k16 steps, P^T's fragment order");
 
-// Named barriers (0 is __syncthreads): P^T stored (warpgroup 0 arrives, 1 waits), dS^T stored (both).
-enum Bwd256Barrier { kBarP256 = 1, kBarDs256 = 2 };
+// Named barriers (0 is __syncthreads): P^T stored (warpgroup 0 arrives, 1 waits), dS^T stored (both);
+// deterministic: a warpgroup's own turn barrier (3 + role, 128 threads).
+enum Bwd256Barrier { kBarP256 = 1, kBarDs256 = 2, kBarTurn256 = 3 };
 
 #ifdef SY_HOPPER_DEVICE_CODE
 struct Bwd256Smem {
@@ -145,7 +146,7 @@ __device__ __forceinline__ void produce256(const Bwd256Smem &sm, const CUtensorM
 // ---- the consumers ----------------------------------------------------------------------------------------
 // kRole 0: the P warpgroup (S^T, P^T, dV, dQ columns 0..127); 1: the dS warpgroup (dP^T, dS^T, dK, dQ
 // columns 128..255). Both own all 64 keys as rows: warp w rows 16w .. 16w + 15 (wgmma's fragment layout).
-template <typename T, int kBand, int kRole>
+template <typename T, int kBand, bool kDet, int kRole>
 struct Bwd256Consumer {
     using GemmTile = WgmmaM64N64<T>;    // S^T, dP^T
     using GemmHead = WgmmaM64N256<T>;   // dV, dK
@@ -290,9 +291,30 @@ struct Bwd256Consumer {
             }
     }
 
+    // Deterministic dQ (turn: this warpgroup's counter for the tile, zeroed before the launch, else null): the
+    // key blocks add their share of a query tile's dQ half in ascending order, so every element of dq_accum
+    // is summed in the same order on every run. Every block from key block 0 up to the last one that sees
+    // a tile sees it (no band, or a causal band: the tiles a block sees only shrink from the front as its keys
+    // grow), so block n's turn is n; it waits only for block n - 1, launched before it (the grid runs key
+    // blocks in blockIdx.x order), and no block waits for a later one: no deadlock. Acquire by one thread,
+    // then the warpgroup's barrier; after the adds, every thread's fence, the barrier, one release add.
+    // A turn that never came (the launch order broken) would hang the GPU: after ~2^24 polls (seconds) the
+    // warpgroup adds anyway, so dQ is still the right sum, only its order is no longer fixed. (A __trap
+    // there, or anywhere in the kernel, cost 1.3-2.4 KiB of spill beside dV or dK and dQ.)
+    __device__ __forceinline__ void wait_turn(const int *turn, int n_block) {
+        if (tid == 0)
+            for (uint32_t polls = 0; ld_acquire_gpu(turn) != n_block && polls < (1u << 24); ++polls) __nanosleep(64);
+        named_bar_sync(kBarTurn256 + kRole, 128);
+    }
+    __device__ __forceinline__ void give_turn(int *turn) {
+        __threadfence();   // this thread's reds performed at the GPU before the release below
+        named_bar_sync(kBarTurn256 + kRole, 128);
+        if (tid == 0) red_release_gpu_add(turn, 1);
+    }
+
     // One query tile (the i-th this block walks, queries m0 ..).
     template <bool kMask>
-    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band) {
+    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int *turn) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         const uint32_t q_stage = smem_addr(sm.q) + stage * Tr::kQBytes, do_stage = smem_addr(sm.dout) + stage * Tr::kQBytes;
         mbar_wait(smem_addr(sm.q_full + stage), (i / Tr::kStages) & 1);
@@ -324,9 +346,18 @@ struct Bwd256Consumer {
             wgmma_wait<1>();                           // dQ done; dK may still run
         }
         fence_regs(dq);
+        // Deterministic: dK completed first (a turn's polling loop beside dK's 128 accumulators in flight
+        // spilled 1-2 KiB).
+        if (kRole == 1 && kDet) {
+            wgmma_wait<0>();
+            fence_regs(acc);
+            fence_regs(rdS);
+        }
+        if (kDet) wait_turn(turn, n0 / Tr::kBlockN);
         // This warp's 16 query rows of the warpgroup's 64 x 128 half of dQ (row-major dq_accum).
         atomic_add_rows(gDqHead + 128 * kRole, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
-        if constexpr (kRole == 1) {
+        if (kDet) give_turn(turn);
+        if (kRole == 1 && !kDet) {
             wgmma_wait<0>();   // dK done: Q read
             fence_regs(acc);
             fence_regs(rdS);
@@ -352,11 +383,17 @@ struct Bwd256Consumer {
     __device__ void run(const sy_attn_bwd_params &p, int n0, int h, int b, Band band) {
         float *gDqHead = p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim;
         const BlockRange tiles = query_tiles256<kBand>(n0, p.seqlen_q, p.seqlen_k, band);
+        // Deterministic: the (B, Hq, query tiles, 2) counters after dq_accum (attention_api.h); pair m, entry kRole.
+        int *turns = kDet ? reinterpret_cast<int *>(p.dq_accum + int64_t(p.batch) * p.heads_q * p.seqlen_q *
+                                                                                Tr::kHeadDim) +
+                                           (int64_t(b) * p.heads_q + h) * ceil_div(p.seqlen_q, Tr::kBlockM) * 2 + kRole
+                                     : nullptr;
         for (int m = tiles.begin, i = 0; m < tiles.end; ++m, ++i) {
+            int *turn = kDet ? turns + 2 * m : nullptr;
             if (kBand == kBandCausal && m < tiles.unmasked_begin)
-                tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band);
+                tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, turn);
             else
-                tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band);
+                tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, turn);
         }
         store(p, n0, h, b);
     }
@@ -364,7 +401,7 @@ struct Bwd256Consumer {
 #endif  // SY_HOPPER_DEVICE_CODE
 
 // Grid (key blocks, query heads, batch): causal key block 0 sees the most query tiles and starts first.
-template <typename T, int kBand>
+template <typename T, int kBand, bool kDet>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                      const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
@@ -400,10 +437,10 @@ hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_cons
         regs_inc<Tr::kConsumerRegs>();
         mbar_wait(smem_addr(sm.kv_full), 0);   // also when no tile follows: no copy may outlive the block
         if (warpgroup == 1) {
-            Bwd256Consumer<T, kBand, 0> consumer(sm, p.scale);
+            Bwd256Consumer<T, kBand, kDet, 0> consumer(sm, p.scale);
             consumer.run(p, n0, h, b, band);
         } else {
-            Bwd256Consumer<T, kBand, 1> consumer(sm, p.scale);
+            Bwd256Consumer<T, kBand, kDet, 1> consumer(sm, p.scale);
             consumer.run(p, n0, h, b, band);
         }
     }
@@ -411,9 +448,9 @@ hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_cons
 }
 
 // ---- host -----------------------------------------------------------------------------------------------
-template <typename T, int kBand>
+template <typename T, int kBand, bool kDet>
 int launch256(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream_t stream) {
-    auto kernel = hopper_bwd256_kernel<T, kBand>;
+    auto kernel = hopper_bwd256_kernel<T, kBand, kDet>;
     cudaFuncAttributes attrs;
     cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
     if (err != cudaSuccess) return static_cast<int>(err);
@@ -444,6 +481,11 @@ int launch256(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStr
         status = launch_preprocess<T>(p, rows_per_head, stream);
     }
     if (status != kOk) return status;
+    if (kDet) {   // the per-tile turn counters after dq_accum
+        const size_t turn_bytes = static_cast<size_t>(p.batch) * p.heads_q * ceil_div(p.seqlen_q, Tr::kBlockM) * 2 * sizeof(int);
+        if ((err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, turn_bytes, stream)) != cudaSuccess)
+            return static_cast<int>(err);
+    }
 
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
@@ -480,8 +522,11 @@ int launch_band256(const sy_attn_bwd_params &p, cudaStream_t stream) {
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
         optin < Tr::kSmemBytes)
         return kUnsupported;
-    return mode == kBandCausal ? launch256<T, kBandCausal>(p, rows_per_head, band, stream)
-                               : launch256<T, kBandNone>(p, rows_per_head, band, stream);
+    if (p.deterministic)
+        return mode == kBandCausal ? launch256<T, kBandCausal, true>(p, rows_per_head, band, stream)
+                                   : launch256<T, kBandNone, true>(p, rows_per_head, band, stream);
+    return mode == kBandCausal ? launch256<T, kBandCausal, false>(p, rows_per_head, band, stream)
+                               : launch256<T, kBandNone, false>(p, rows_per_head, band, stream);
 }
 
 }  // namespace
@@ -493,9 +538,8 @@ extern "C" int sy_attn_hopper_bwd256(const sy_attn_bwd_params *params, void *str
     if (status != kOk) return status;
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 256 || p.dtype == SY_ATTN_F32) return kUnsupported;
-    // Not instantiated: a mask, dropout, varlen, the deterministic order (dQ by atomics).
-    if (p.mask || p.mask_lists || p.dropout_p != 0.f || p.cu_seqlens_q || p.cu_seqlens_k || p.deterministic)
-        return kUnsupported;
+    // Not instantiated: a mask, dropout, varlen.
+    if (p.mask || p.mask_lists || p.dropout_p != 0.f || p.cu_seqlens_q || p.cu_seqlens_k) return kUnsupported;
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     if (!p.lse_log2 || !p.dq_accum) return kInvalid;

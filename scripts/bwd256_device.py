@@ -8,12 +8,13 @@ bf16, d = 256, B*N = 16384, H = 8 (H*d = 2048), all in one run.
                                            # attention_mma_bwd.cu), checked and timed beside as `NAME`
 
 Rows: `ours` = the hopper forward + the default d = 256 backward (the wgmma one, attention_hopper_bwd256.cu,
-where cuda._d256_hopper_backward says), `ours-mma` the mma backward at its default dQ policy (the separate
-dQ pass for Nk <= cuda.SEPARATE_DQ_MAX_KEYS, atomics above; cuda.D256_HOPPER_BWD = False), `ours-det`
-deterministic (the mma backward's dQ pass), `ours-atomic` the mma backward's atomic dQ at every length,
+where cuda._d256_hopper_backward says), `ours-det` the same deterministic (dQ added in key-block order),
+`ours-mma` the mma backward at its default dQ policy (the separate dQ pass for Nk <=
+cuda.SEPARATE_DQ_MAX_KEYS, atomics above; cuda.D256_HOPPER_BWD = False), `ours-mma-det` the mma backward
+deterministic (its dQ pass), `ours-atomic` the mma backward's atomic dQ at every length,
 `math` = the hopper forward + cuda._math_backward (the routing before session d256).
-Before the timing: the default and the mma backward against float64 (check_routes), each in a child
-process with a timeout (a kernel that hangs costs that timeout, not the call). fwd+bwd TFLOP/s = 3.5 x forward FLOPs / time; bwd = 2.5 x forward FLOPs /
+Before the timing: the default and the mma backward against float64, deterministic runs twice bit for
+bit (check_routes), each in a child process with a timeout (a kernel that hangs costs that timeout, not the call). fwd+bwd TFLOP/s = 3.5 x forward FLOPs / time; bwd = 2.5 x forward FLOPs /
 (fwd+bwd - fwd); extra MiB = peak allocation of one fwd+bwd step above its inputs.
 """
 import argparse
@@ -29,7 +30,7 @@ from bwd_device import SymbolFrom, measure_step
 from sympathy.attention import cuda
 
 D, H_TOTAL = 256, 2048
-NAMES = ["flash", "cudnn", "ours", "ours-mma", "ours-det", "ours-atomic", "math"]
+NAMES = ["flash", "cudnn", "ours", "ours-det", "ours-mma", "ours-mma-det", "ours-atomic", "math"]
 VARIANTS = {}   # NAME -> the library with that build's sy_attn_mma_bwd
 
 
@@ -85,8 +86,13 @@ for dtype in (torch.bfloat16, torch.float16):
         k, v = (torch.randn(1, hkv, nk, 256, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
         dout = torch.randn_like(q)
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-        grads = torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=True,
-                                    causal_offset=offset), leaves, dout)
+
+        def grad(det):
+            return torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=True,
+                                       causal_offset=offset, deterministic=det), leaves, dout)
+
+        grads, det1, det2 = grad(False), grad(True), grad(True)
+        same = all(torch.equal(a, b) for a, b in zip(det1, det2))
         ref = [t.double().requires_grad_() for t in (q, k, v)]
         kk, vv = (t.repeat_interleave(hq // hkv, 1) for t in ref[1:])
         s = ref[0] @ kk.transpose(-1, -2) / math.sqrt(256)
@@ -94,10 +100,11 @@ for dtype in (torch.bfloat16, torch.float16):
             s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device="cuda").triu(1 + offset), -math.inf)
         p = torch.softmax(s, -1).nan_to_num(0.0)
         refs = torch.autograd.grad(p @ vv, ref, dout.double())
-        errs = [((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-2)).item() for g, r in zip(grads, refs)]
-        worst = max(worst, *errs)
+        errs = [((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-2)).item() for g, r in zip(grads + det1, refs * 2)]
+        worst = max(worst, *errs) if same else float("inf")
         print(f"{sys.argv[1]} {str(dtype)[6:]} Nq={nq} Nk={nk} H={hq}/{hkv} causal={causal} offset={offset}: "
-              "err dq/dk/dv " + " ".join(f"{e:.1e}" for e in errs), flush=True)
+              "err dq/dk/dv " + " ".join(f"{e:.1e}" for e in errs[:3]) + ", deterministic " +
+              " ".join(f"{e:.1e}" for e in errs[3:]) + f", bit-identical twice: {same}", flush=True)
 print(f"{sys.argv[1]} worst {worst:.2e} {'ok' if worst <= 3e-2 else 'FAILED'}")
 sys.exit(0 if worst <= 3e-2 else 1)
 """
@@ -131,7 +138,7 @@ def step_fns(name, leaves, dout, causal):
 
     def fwd():
         return cuda.scaled_dot_product_attention(*leaves, is_causal=causal, kernel="hopper",
-                                                 deterministic=name == "ours-det")
+                                                 deterministic=name.endswith("-det"))
 
     if name in VARIANTS:
         return fwd, lambda: with_lib(name, lambda: torch.autograd.grad(fwd(), leaves, dout))
@@ -140,7 +147,7 @@ def step_fns(name, leaves, dout, causal):
         saved = cuda.SEPARATE_DQ_MAX_KEYS, cuda._d256_fused_backward, cuda.D256_HOPPER_BWD
         if name == "ours-atomic":
             cuda.SEPARATE_DQ_MAX_KEYS = 0
-        if name in ("ours-mma", "ours-atomic"):
+        if name in ("ours-mma", "ours-mma-det", "ours-atomic"):
             cuda.D256_HOPPER_BWD = False
         if name == "math":
             cuda._d256_fused_backward = lambda *args: False
@@ -180,11 +187,11 @@ def timing(sizes, log):
 
 def print_table(rows):
     print(f"\nd = {D}, bf16: fwd+bwd TFLOP/s | bwd-only TFLOP/s | extra MiB of one fwd+bwd step")
-    print(f"{'N':>5} {'causal':>6} | " + " | ".join(f"{k:>19}" for k in NAMES) + " | ours/cudnn ours-mma/cudnn ours-det/cudnn" + "".join(f" {k}/cudnn" for k in VARIANTS))
+    print(f"{'N':>5} {'causal':>6} | " + " | ".join(f"{k:>19}" for k in NAMES) + " | ours/cudnn ours-det/cudnn ours-mma/cudnn ours-mma-det/cudnn" + "".join(f" {k}/cudnn" for k in VARIANTS))
     for n, causal, res in rows:
         cells = [f"{v[0]:5.1f} {v[1]:5.1f} {v[2]:6.0f}" if v else f"{'-':>19}" for v in res.values()]
         ratios = [res[k][0] / res["cudnn"][0] if res.get(k) and res.get("cudnn") else float("nan")
-                  for k in ("ours", "ours-mma", "ours-det") + tuple(VARIANTS)]
+                  for k in ("ours", "ours-det", "ours-mma", "ours-mma-det") + tuple(VARIANTS)]
         print(f"{n:>5} {str(causal):>6} | " + " | ".join(f"{c:>19}" for c in cells) + " | "
               + " ".join(f"{r:.2f}x" for r in ratios), flush=True)
 
