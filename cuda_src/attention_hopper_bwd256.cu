@@ -292,18 +292,22 @@ struct Bwd256Consumer {
     }
 
     // Deterministic dQ (turn: this warpgroup's counter for the tile, zeroed before the launch, else null): the
-    // key blocks add their share of a query tile's dQ half in ascending order, so every element of dq_accum
-    // is summed in the same order on every run. Every block from key block 0 up to the last one that sees
-    // a tile sees it (no band, or a causal band: the tiles a block sees only shrink from the front as its keys
-    // grow), so block n's turn is n; it waits only for block n - 1, launched before it (the grid runs key
-    // blocks in blockIdx.x order), and no block waits for a later one: no deadlock. Acquire by one thread,
-    // then the warpgroup's barrier; after the adds, every thread's fence, the barrier, one release add.
+    // key blocks add their share of a query tile's dQ half in a fixed order, so every element of dq_accum
+    // is summed in the same order on every run. Every key block from 0 up to the last one that sees a tile
+    // sees it (no band, or a causal band: the tiles a block sees only shrink from the front as its keys
+    // grow). Without a band the order is ascending (block n's turn is n: all blocks walk the tiles in the
+    // same order, each one a step behind the previous); causal it is descending from the tile's last block
+    // (turn last - n), whose diagonal tile is its first, so no block waits a whole tile for another (the
+    // ascending order would hold every block to block 0's pace), and the grid then runs high key blocks first
+    // (hopper_bwd256_kernel). Either way a block waits only for a block launched before it: no deadlock.
+    // Acquire by one thread, then the warpgroup's barrier; after the adds, every thread's fence, the
+    // barrier, one release add.
     // A turn that never came (the launch order broken) would hang the GPU: after ~2^24 polls (seconds) the
     // warpgroup adds anyway, so dQ is still the right sum, only its order is no longer fixed. (A __trap
     // there, or anywhere in the kernel, cost 1.3-2.4 KiB of spill beside dV or dK and dQ.)
-    __device__ __forceinline__ void wait_turn(const int *turn, int n_block) {
+    __device__ __forceinline__ void wait_turn(const int *turn, int mine) {
         if (tid == 0)
-            for (uint32_t polls = 0; ld_acquire_gpu(turn) != n_block && polls < (1u << 24); ++polls) __nanosleep(64);
+            for (uint32_t polls = 0; ld_acquire_gpu(turn) != mine && polls < (1u << 24); ++polls) __nanosleep(64);
         named_bar_sync(kBarTurn256 + kRole, 128);
     }
     __device__ __forceinline__ void give_turn(int *turn) {
@@ -314,7 +318,8 @@ struct Bwd256Consumer {
 
     // One query tile (the i-th this block walks, queries m0 ..).
     template <bool kMask>
-    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int *turn) {
+    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int *turn,
+                                         int my_turn) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         const uint32_t q_stage = smem_addr(sm.q) + stage * Tr::kQBytes, do_stage = smem_addr(sm.dout) + stage * Tr::kQBytes;
         mbar_wait(smem_addr(sm.q_full + stage), (i / Tr::kStages) & 1);
@@ -353,7 +358,7 @@ struct Bwd256Consumer {
             fence_regs(acc);
             fence_regs(rdS);
         }
-        if (kDet) wait_turn(turn, n0 / Tr::kBlockN);
+        if (kDet) wait_turn(turn, my_turn);
         // This warp's 16 query rows of the warpgroup's 64 x 128 half of dQ (row-major dq_accum).
         atomic_add_rows(gDqHead + 128 * kRole, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
         if (kDet) give_turn(turn);
@@ -390,17 +395,23 @@ struct Bwd256Consumer {
                                      : nullptr;
         for (int m = tiles.begin, i = 0; m < tiles.end; ++m, ++i) {
             int *turn = kDet ? turns + 2 * m : nullptr;
+            int my_turn = n0 / Tr::kBlockN;
+            if (kDet && kBand == kBandCausal) {   // descending from the tile's last key block
+                const int row0 = m * Tr::kBlockM, row1 = min(row0 + Tr::kBlockM, p.seqlen_q) - 1;
+                my_turn = band_blocks(row0, row1, p.seqlen_k, Tr::kBlockN, band).end - 1 - my_turn;
+            }
             if (kBand == kBandCausal && m < tiles.unmasked_begin)
-                tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, turn);
+                tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, turn, my_turn);
             else
-                tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, turn);
+                tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, turn, my_turn);
         }
         store(p, n0, h, b);
     }
 };
 #endif  // SY_HOPPER_DEVICE_CODE
 
-// Grid (key blocks, query heads, batch): causal key block 0 sees the most query tiles and starts first.
+// Grid (key blocks, query heads, batch): causal key block 0 sees the most query tiles and starts first
+// (deterministic: the last key block first, wait_turn).
 template <typename T, int kBand, bool kDet>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
@@ -409,7 +420,9 @@ hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_cons
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const Bwd256Smem sm(smem_raw);
-    const int n0 = blockIdx.x * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
+    // Deterministic and causal: high key blocks first (wait_turn says why).
+    const int n_block = kDet && kBand == kBandCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int n0 = n_block * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
     if (threadIdx.x == 0) {
         mbar_init(smem_addr(sm.kv_full), 1);
         for (int s = 0; s < Tr::kStages; ++s) {
