@@ -1,6 +1,6 @@
 // `hopper` backward at d = 256: wgmma and TMA for sm_90a (H100/H200), fp16/bf16, dense or causal (any
-// causal_offset, a window open on the left), GQA, deterministic or not (dQ by atomics, in a fixed order of
-// key blocks when deterministic: wait_turn).
+// causal_offset, a window open on the left), GQA; dQ by atomics, so not deterministic (the mma backward,
+// attention_mma_bwd.cu, serves deterministic calls; sympathy/attention/cuda.py routes).
 //
 // The budget decides the shape (docs/notes-attention-bwd.md, session d256w21). A block owns 64 keys of one
 // (batch, query head): their dK and dV over all 256 columns are 2 x 64 x 256 fp32 = 128 KiB of
@@ -78,9 +78,8 @@ static_assert(Tr::kPanels * Tr::kPanelCols == Tr::kHeadDim && Tr::kAtomBytes == 
                   Tr::kQPanelBytes * Tr::kPanels == Tr::kQBytes && Tr::kPBytes == Tr::kKStepsM * 128 * 16,
               "panels of 64 columns, k16 steps, P^T's fragment order");
 
-// Named barriers (0 is __syncthreads): P^T stored (warpgroup 0 arrives, 1 waits), dS^T stored (both);
-// deterministic: a warpgroup's own turn barrier (3 + role, 128 threads).
-enum Bwd256Barrier { kBarP256 = 1, kBarDs256 = 2, kBarTurn256 = 3 };
+// Named barriers (0 is __syncthreads): P^T stored (warpgroup 0 arrives, 1 waits), dS^T stored (both).
+enum Bwd256Barrier { kBarP256 = 1, kBarDs256 = 2 };
 
 #ifdef SY_HOPPER_DEVICE_CODE
 struct Bwd256Smem {
@@ -146,7 +145,7 @@ __device__ __forceinline__ void produce256(const Bwd256Smem &sm, const CUtensorM
 // ---- the consumers ----------------------------------------------------------------------------------------
 // kRole 0: the P warpgroup (S^T, P^T, dV, dQ columns 0..127); 1: the dS warpgroup (dP^T, dS^T, dK, dQ
 // columns 128..255). Both own all 64 keys as rows: warp w rows 16w .. 16w + 15 (wgmma's fragment layout).
-template <typename T, int kBand, bool kDet, int kRole>
+template <typename T, int kBand, int kRole>
 struct Bwd256Consumer {
     using GemmTile = WgmmaM64N64<T>;    // S^T, dP^T
     using GemmHead = WgmmaM64N256<T>;   // dV, dK
@@ -291,35 +290,9 @@ struct Bwd256Consumer {
             }
     }
 
-    // Deterministic dQ (turn: this warpgroup's counter for the tile, zeroed before the launch, else null): the
-    // key blocks add their share of a query tile's dQ half in a fixed order, so every element of dq_accum
-    // is summed in the same order on every run. Every key block from 0 up to the last one that sees a tile
-    // sees it (no band, or a causal band: the tiles a block sees only shrink from the front as its keys
-    // grow). Without a band the order is ascending (block n's turn is n: all blocks walk the tiles in the
-    // same order, each one a step behind the previous); causal it is descending from the tile's last block
-    // (turn last - n), whose diagonal tile is its first, so no block waits a whole tile for another (the
-    // ascending order would hold every block to block 0's pace), and the grid then runs high key blocks first
-    // (hopper_bwd256_kernel). Either way a block waits only for a block launched before it: no deadlock.
-    // Acquire by one thread, then the warpgroup's barrier; after the adds, every thread's fence, the
-    // barrier, one release add.
-    // A turn that never came (the launch order broken) would hang the GPU: after ~2^24 polls (seconds) the
-    // warpgroup adds anyway, so dQ is still the right sum, only its order is no longer fixed. (A __trap
-    // there, or anywhere in the kernel, cost 1.3-2.4 KiB of spill beside dV or dK and dQ.)
-    __device__ __forceinline__ void wait_turn(const int *turn, int mine) {
-        if (tid == 0)
-            for (uint32_t polls = 0; ld_acquire_gpu(turn) != mine && polls < (1u << 24); ++polls) __nanosleep(64);
-        named_bar_sync(kBarTurn256 + kRole, 128);
-    }
-    __device__ __forceinline__ void give_turn(int *turn) {
-        __threadfence();   // this thread's reds performed at the GPU before the release below
-        named_bar_sync(kBarTurn256 + kRole, 128);
-        if (tid == 0) red_release_gpu_add(turn, 1);
-    }
-
     // One query tile (the i-th this block walks, queries m0 ..).
     template <bool kMask>
-    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int *turn,
-                                         int my_turn) {
+    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         const uint32_t q_stage = smem_addr(sm.q) + stage * Tr::kQBytes, do_stage = smem_addr(sm.dout) + stage * Tr::kQBytes;
         mbar_wait(smem_addr(sm.q_full + stage), (i / Tr::kStages) & 1);
@@ -351,18 +324,9 @@ struct Bwd256Consumer {
             wgmma_wait<1>();                           // dQ done; dK may still run
         }
         fence_regs(dq);
-        // Deterministic: dK completed first (a turn's polling loop beside dK's 128 accumulators in flight
-        // spilled 1-2 KiB).
-        if (kRole == 1 && kDet) {
-            wgmma_wait<0>();
-            fence_regs(acc);
-            fence_regs(rdS);
-        }
-        if (kDet) wait_turn(turn, my_turn);
         // This warp's 16 query rows of the warpgroup's 64 x 128 half of dQ (row-major dq_accum).
         atomic_add_rows(gDqHead + 128 * kRole, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
-        if (kDet) give_turn(turn);
-        if (kRole == 1 && !kDet) {
+        if constexpr (kRole == 1) {
             wgmma_wait<0>();   // dK done: Q read
             fence_regs(acc);
             fence_regs(rdS);
@@ -388,31 +352,19 @@ struct Bwd256Consumer {
     __device__ void run(const sy_attn_bwd_params &p, int n0, int h, int b, Band band) {
         float *gDqHead = p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim;
         const BlockRange tiles = query_tiles256<kBand>(n0, p.seqlen_q, p.seqlen_k, band);
-        // Deterministic: the (B, Hq, query tiles, 2) counters after dq_accum (attention_api.h); pair m, entry kRole.
-        int *turns = kDet ? reinterpret_cast<int *>(p.dq_accum + int64_t(p.batch) * p.heads_q * p.seqlen_q *
-                                                                                Tr::kHeadDim) +
-                                           (int64_t(b) * p.heads_q + h) * ceil_div(p.seqlen_q, Tr::kBlockM) * 2 + kRole
-                                     : nullptr;
         for (int m = tiles.begin, i = 0; m < tiles.end; ++m, ++i) {
-            int *turn = kDet ? turns + 2 * m : nullptr;
-            int my_turn = n0 / Tr::kBlockN;
-            if (kDet && kBand == kBandCausal) {   // descending from the tile's last key block
-                const int row0 = m * Tr::kBlockM, row1 = min(row0 + Tr::kBlockM, p.seqlen_q) - 1;
-                my_turn = band_blocks(row0, row1, p.seqlen_k, Tr::kBlockN, band).end - 1 - my_turn;
-            }
             if (kBand == kBandCausal && m < tiles.unmasked_begin)
-                tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, turn, my_turn);
+                tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band);
             else
-                tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, turn, my_turn);
+                tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band);
         }
         store(p, n0, h, b);
     }
 };
 #endif  // SY_HOPPER_DEVICE_CODE
 
-// Grid (key blocks, query heads, batch): causal key block 0 sees the most query tiles and starts first
-// (deterministic: the last key block first, wait_turn).
-template <typename T, int kBand, bool kDet>
+// Grid (key blocks, query heads, batch): causal key block 0 sees the most query tiles and starts first.
+template <typename T, int kBand>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                      const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
@@ -420,9 +372,7 @@ hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_cons
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const Bwd256Smem sm(smem_raw);
-    // Deterministic and causal: high key blocks first (wait_turn says why).
-    const int n_block = kDet && kBand == kBandCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int n0 = n_block * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
+    const int n0 = blockIdx.x * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
     if (threadIdx.x == 0) {
         mbar_init(smem_addr(sm.kv_full), 1);
         for (int s = 0; s < Tr::kStages; ++s) {
@@ -450,10 +400,10 @@ hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_cons
         regs_inc<Tr::kConsumerRegs>();
         mbar_wait(smem_addr(sm.kv_full), 0);   // also when no tile follows: no copy may outlive the block
         if (warpgroup == 1) {
-            Bwd256Consumer<T, kBand, kDet, 0> consumer(sm, p.scale);
+            Bwd256Consumer<T, kBand, 0> consumer(sm, p.scale);
             consumer.run(p, n0, h, b, band);
         } else {
-            Bwd256Consumer<T, kBand, kDet, 1> consumer(sm, p.scale);
+            Bwd256Consumer<T, kBand, 1> consumer(sm, p.scale);
             consumer.run(p, n0, h, b, band);
         }
     }
@@ -461,9 +411,9 @@ hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_cons
 }
 
 // ---- host -----------------------------------------------------------------------------------------------
-template <typename T, int kBand, bool kDet>
+template <typename T, int kBand>
 int launch256(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream_t stream) {
-    auto kernel = hopper_bwd256_kernel<T, kBand, kDet>;
+    auto kernel = hopper_bwd256_kernel<T, kBand>;
     cudaFuncAttributes attrs;
     cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
     if (err != cudaSuccess) return static_cast<int>(err);
@@ -494,11 +444,6 @@ int launch256(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStr
         status = launch_preprocess<T>(p, rows_per_head, stream);
     }
     if (status != kOk) return status;
-    if (kDet) {   // the per-tile turn counters after dq_accum
-        const size_t turn_bytes = static_cast<size_t>(p.batch) * p.heads_q * ceil_div(p.seqlen_q, Tr::kBlockM) * 2 * sizeof(int);
-        if ((err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, turn_bytes, stream)) != cudaSuccess)
-            return static_cast<int>(err);
-    }
 
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
@@ -535,11 +480,8 @@ int launch_band256(const sy_attn_bwd_params &p, cudaStream_t stream) {
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
         optin < Tr::kSmemBytes)
         return kUnsupported;
-    if (p.deterministic)
-        return mode == kBandCausal ? launch256<T, kBandCausal, true>(p, rows_per_head, band, stream)
-                                   : launch256<T, kBandNone, true>(p, rows_per_head, band, stream);
-    return mode == kBandCausal ? launch256<T, kBandCausal, false>(p, rows_per_head, band, stream)
-                               : launch256<T, kBandNone, false>(p, rows_per_head, band, stream);
+    return mode == kBandCausal ? launch256<T, kBandCausal>(p, rows_per_head, band, stream)
+                               : launch256<T, kBandNone>(p, rows_per_head, band, stream);
 }
 
 }  // namespace
@@ -551,8 +493,9 @@ extern "C" int sy_attn_hopper_bwd256(const sy_attn_bwd_params *params, void *str
     if (status != kOk) return status;
     const sy_attn_bwd_params &p = *params;
     if (p.head_dim != 256 || p.dtype == SY_ATTN_F32) return kUnsupported;
-    // Not instantiated: a mask, dropout, varlen.
-    if (p.mask || p.mask_lists || p.dropout_p != 0.f || p.cu_seqlens_q || p.cu_seqlens_k) return kUnsupported;
+    // Not instantiated: a mask, dropout, varlen, the deterministic order (dQ by atomics).
+    if (p.mask || p.mask_lists || p.dropout_p != 0.f || p.cu_seqlens_q || p.cu_seqlens_k || p.deterministic)
+        return kUnsupported;
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     if (!p.lse_log2 || !p.dq_accum) return kInvalid;

@@ -8,10 +8,9 @@ bf16, d = 256, B*N = 16384, H = 8 (H*d = 2048), all in one run.
                                            # attention_mma_bwd.cu), checked and timed beside as `NAME`
 
 Rows: `ours` = the hopper forward + the default d = 256 backward (the wgmma one, attention_hopper_bwd256.cu,
-where cuda._d256_hopper_backward says), `ours-det` the same deterministic (dQ added in key-block order),
-`ours-mma` the mma backward at its default dQ policy (the separate dQ pass for Nk <=
-cuda.SEPARATE_DQ_MAX_KEYS, atomics above; cuda.D256_HOPPER_BWD = False), `ours-mma-det` the mma backward
-deterministic (its dQ pass), `ours-atomic` the mma backward's atomic dQ at every length,
+where cuda._d256_hopper_backward says), `ours-det` deterministic (the mma backward's dQ pass), `ours-mma`
+the mma backward at its default dQ policy (the separate dQ pass for Nk <= cuda.SEPARATE_DQ_MAX_KEYS,
+atomics above; cuda.D256_HOPPER_BWD = False), `ours-atomic` the mma backward's atomic dQ at every length,
 `math` = the hopper forward + cuda._math_backward (the routing before session d256).
 Before the timing: the default and the mma backward against float64, deterministic runs twice bit for
 bit (check_routes), each in a child process with a timeout (a kernel that hangs costs that timeout, not the call). fwd+bwd TFLOP/s = 3.5 x forward FLOPs / time; bwd = 2.5 x forward FLOPs /
@@ -30,7 +29,7 @@ from bwd_device import SymbolFrom, measure_step
 from sympathy.attention import cuda
 
 D, H_TOTAL = 256, 2048
-NAMES = ["flash", "cudnn", "ours", "ours-det", "ours-mma", "ours-mma-det", "ours-atomic", "math"]
+NAMES = ["flash", "cudnn", "ours", "ours-det", "ours-mma", "ours-atomic", "math"]
 VARIANTS = {}   # NAME -> the library with that build's sy_attn_mma_bwd
 
 
@@ -147,7 +146,7 @@ def step_fns(name, leaves, dout, causal):
         saved = cuda.SEPARATE_DQ_MAX_KEYS, cuda._d256_fused_backward, cuda.D256_HOPPER_BWD
         if name == "ours-atomic":
             cuda.SEPARATE_DQ_MAX_KEYS = 0
-        if name in ("ours-mma", "ours-mma-det", "ours-atomic"):
+        if name in ("ours-mma", "ours-atomic"):
             cuda.D256_HOPPER_BWD = False
         if name == "math":
             cuda._d256_fused_backward = lambda *args: False
@@ -187,11 +186,11 @@ def timing(sizes, log):
 
 def print_table(rows):
     print(f"\nd = {D}, bf16: fwd+bwd TFLOP/s | bwd-only TFLOP/s | extra MiB of one fwd+bwd step")
-    print(f"{'N':>5} {'causal':>6} | " + " | ".join(f"{k:>19}" for k in NAMES) + " | ours/cudnn ours-det/cudnn ours-mma/cudnn ours-mma-det/cudnn" + "".join(f" {k}/cudnn" for k in VARIANTS))
+    print(f"{'N':>5} {'causal':>6} | " + " | ".join(f"{k:>19}" for k in NAMES) + " | ours/cudnn ours-det/cudnn ours-mma/cudnn" + "".join(f" {k}/cudnn" for k in VARIANTS))
     for n, causal, res in rows:
         cells = [f"{v[0]:5.1f} {v[1]:5.1f} {v[2]:6.0f}" if v else f"{'-':>19}" for v in res.values()]
         ratios = [res[k][0] / res["cudnn"][0] if res.get(k) and res.get("cudnn") else float("nan")
-                  for k in ("ours", "ours-det", "ours-mma", "ours-mma-det") + tuple(VARIANTS)]
+                  for k in ("ours", "ours-det", "ours-mma") + tuple(VARIANTS)]
         print(f"{n:>5} {str(causal):>6} | " + " | ".join(f"{c:>19}" for c in cells) + " | "
               + " ".join(f"{r:.2f}x" for r in ratios), flush=True)
 

@@ -1,7 +1,7 @@
 """The d = 256 backward (issue 21), routed by cuda._d256_fused_backward instead of the O(N^2) math backward:
 the wgmma backward (cuda_src/attention_hopper_bwd256.cu: two warpgroups splitting the GEMMs by gradient,
-dQ by atomics, in a fixed key-block order when deterministic) after a `hopper` forward
-(cuda._d256_hopper_backward), else the mma backward templated to d = 256 (cuda_src/attention_mma_bwd.cu, kernel_traits.cuh's MmaBwdDkdvTraitsD256:
+dQ by atomics) after a `hopper` forward unless deterministic (cuda._d256_hopper_backward), else the mma
+backward templated to d = 256 (cuda_src/attention_mma_bwd.cu, kernel_traits.cuh's MmaBwdDkdvTraitsD256:
 two warps per 16 keys, each owning half of dK's and dV's columns).
 
 CPU: the routing predicates. GPU (marked `gpu`, sm_90: the kernels need 217-226 KiB of shared memory a
@@ -37,9 +37,10 @@ def test_d256_backward_routes_to_the_mma_backward_only_where_it_runs(dtype, capa
     assert 256 not in cuda.BWD_HEAD_DIMS   # the other kernels' head dims are unchanged
 
 
-@pytest.mark.parametrize("kernel, wgmma", [("hopper", True), ("naive", False)])
-def test_d256_backward_takes_wgmma_after_a_hopper_forward(kernel, wgmma):
-    assert cuda._d256_hopper_backward(kernel) is wgmma
+@pytest.mark.parametrize("kernel, deterministic, wgmma", [
+    ("hopper", False, True), ("hopper", True, False), ("naive", False, False)])
+def test_d256_backward_takes_wgmma_after_a_hopper_forward_unless_deterministic(kernel, deterministic, wgmma):
+    assert cuda._d256_hopper_backward(kernel, deterministic) is wgmma
 
 
 # ---- the kernels on the GPU ----------------------------------------------------------------------------
@@ -84,10 +85,7 @@ def test_d256_causal_offset_matches_float64():
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("wgmma", [True, False])
-def test_d256_deterministic_is_bit_identical_and_agrees_with_atomic(wgmma, monkeypatch):
-    """Both kernels: the wgmma one adds dQ in key-block order, the mma one in its separate pass."""
-    monkeypatch.setattr(cuda, "D256_HOPPER_BWD", wgmma)
+def test_d256_deterministic_is_bit_identical_and_agrees_with_atomic():
     q, k, v, dout = gpu_inputs(2, 2, 2, 777, 901, 256, torch.bfloat16, seed=21)
     first = our_grads(q, k, v, dout, is_causal=True, deterministic=True)
     second = our_grads(q, k, v, dout, is_causal=True, deterministic=True)
@@ -102,9 +100,9 @@ def test_d256_deterministic_is_bit_identical_and_agrees_with_atomic(wgmma, monke
 @needs_hopper
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_d256_backward_runs_the_fused_kernels_in_o_n_memory(deterministic):
-    """The profiler sees the wgmma backward's kernel (not the mma backward's), and the backward allocates
-    O(N) bytes: at N = 4096 one (B, H, N, N) fp32 matrix of the math backward would be 256 MiB; q, k, v,
-    dout and their gradients plus the workspaces are 8 x 16 MiB."""
+    """The profiler sees the wgmma backward's kernel (deterministic: the mma backward's two), and the
+    backward allocates O(N) bytes: at N = 4096 one (B, H, N, N) fp32 matrix of the math backward would be
+    256 MiB; q, k, v, dout and their gradients plus the workspaces are 8 x 16 MiB."""
     B, H, N = 1, 4, 4096
     q, k, v, dout = gpu_inputs(B, H, 1, N, N, 256, torch.bfloat16, seed=8)
     leaves = [t.requires_grad_() for t in (q, k, v)]
@@ -117,5 +115,6 @@ def test_d256_backward_runs_the_fused_kernels_in_o_n_memory(deterministic):
         torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - before
     names = " ".join(event.key for event in prof.key_averages())
-    assert "hopper_bwd256_kernel" in names and "dkdv_kernel" not in names
+    assert ("hopper_bwd256_kernel" in names) != deterministic
+    assert ("dkdv_kernel" in names) == ("dq_kernel" in names) == deterministic
     assert extra < B * H * N * N * 4 // 2, f"{extra / 2**20:.0f} MiB: an N x N matrix was allocated"

@@ -69,15 +69,17 @@ def _d256_fused_backward(dtype, capability, attn_mask, window, dropout) -> bool:
 # `deterministic` says (and need no dq_accum).
 SEPARATE_DQ_MAX_KEYS = 2048
 # d = 256 on wgmma (attention_hopper_bwd256.cu: two warpgroups splitting the five GEMMs by gradient, dQ by
-# atomics, in a fixed key-block order when deterministic) after a `hopper` forward, where
-# _d256_fused_backward holds; measured 1.02-1.38x the mma backward (docs/notes-attention-bwd.md, session
-# d256w21). False: the mma backward everywhere (for same-run comparisons, scripts/bwd256_device.py).
+# atomics) after a `hopper` forward, where _d256_fused_backward holds and the call is not deterministic:
+# measured 1.02-1.38x the mma backward fwd+bwd (0.94-1.02x at N = 1024 causal, within that cell's spread).
+# Deterministic calls keep the mma backward's separate dQ pass: the wgmma kernel with dQ added in a fixed
+# key-block order measured 0.68-0.84x of it (docs/notes-attention-bwd.md, session d256w21). False: the mma
+# backward everywhere (for same-run comparisons, scripts/bwd256_device.py).
 D256_HOPPER_BWD = True
 
 
-def _d256_hopper_backward(kernel: str) -> bool:
+def _d256_hopper_backward(kernel: str, deterministic: bool) -> bool:
     """A d = 256 backward that _d256_fused_backward sends to a fused kernel runs on the wgmma one."""
-    return D256_HOPPER_BWD and kernel == "hopper"
+    return D256_HOPPER_BWD and kernel == "hopper" and not deterministic
 _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # enum sy_attn_dtype
 
 
@@ -326,8 +328,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
     math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the
     hopper backward after a `hopper` call, on the mma backward otherwise (mask_tiles.py); d = 256 where
-    _d256_fused_backward says on attention_hopper_bwd256.cu (wgmma) after a `hopper` forward
-    (_d256_hopper_backward), else on the mma backward; _math_backward for other masks and head dims, and for a
+    _d256_fused_backward says on attention_hopper_bwd256.cu (wgmma) after a `hopper` forward unless
+    deterministic (_d256_hopper_backward), else on the mma backward; _math_backward for other masks and head dims, and for a
     band (causal_offset, window: as _launch) in float32."""
     torch = _torch()
     B, Hq, Nq, d = q.shape
@@ -367,7 +369,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     hopper = tensor_cores and kernel == "hopper" and (attn_mask is None or mask_tiles) and not d256 \
         and (not deterministic or q.dtype == torch.bfloat16 or d == 128) \
         and not (dropout is not None and d == 64)
-    hopper256 = d256 and _d256_hopper_backward(kernel)
+    hopper256 = d256 and _d256_hopper_backward(kernel, deterministic)
     if tensor_cores:
         # The hopper backwards have no separate dQ pass: they accumulate dQ into dq_accum at every length.
         deterministic = deterministic or (not hopper and not hopper256 and attn_mask is None
@@ -376,8 +378,6 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
         if hopper:   # whole query tiles (tile-major), then the deterministic mode's per-tile counters
             dq_accum = torch.empty(B * Hq * rows * d + (B * Hq * rows // 64 if deterministic else 0), **f32)
-        elif hopper256:   # (B, Hq, Nq, d), then the deterministic mode's two counters per query tile
-            dq_accum = torch.empty(B * Hq * Nq * d + (B * Hq * -(-Nq // 64) * 2 if deterministic else 0), **f32)
         else:
             dq_accum = None if deterministic else torch.empty((B, Hq, Nq, d), **f32)
         dk_accum, dv_accum = (None, None) if Hq == Hkv else (torch.empty((B, Hq, Nk, d), **f32) for _ in range(2))
