@@ -7,10 +7,13 @@ bf16, d = 256, B*N = 16384, H = 8 (H*d = 2048), all in one run.
         [--variant NAME=prebuilt.so ...]   # another build's sy_attn_mma_bwd (nvcc --shared of
                                            # attention_mma_bwd.cu), checked and timed beside as `NAME`
 
-Rows: `ours` = the hopper forward + the mma backward at its default dQ policy (the separate dQ pass for
-Nk <= cuda.SEPARATE_DQ_MAX_KEYS, atomics above), `ours-det` deterministic (always the dQ pass),
-`ours-atomic` the atomic dQ at every length, `math` = the hopper forward + cuda._math_backward (the
-routing before this change). fwd+bwd TFLOP/s = 3.5 x forward FLOPs / time; bwd = 2.5 x forward FLOPs /
+Rows: `ours` = the hopper forward + the default d = 256 backward (the wgmma one, attention_hopper_bwd256.cu,
+where cuda._d256_hopper_backward says), `ours-det` deterministic (the mma backward's dQ pass), `ours-mma`
+the mma backward at its default dQ policy (the separate dQ pass for Nk <= cuda.SEPARATE_DQ_MAX_KEYS,
+atomics above; cuda.D256_HOPPER_BWD = False), `ours-atomic` the mma backward's atomic dQ at every length,
+`math` = the hopper forward + cuda._math_backward (the routing before session d256).
+Before the timing: the default and the mma backward against float64, deterministic runs twice bit for
+bit (check_routes), each in a child process with a timeout (a kernel that hangs costs that timeout, not the call). fwd+bwd TFLOP/s = 3.5 x forward FLOPs / time; bwd = 2.5 x forward FLOPs /
 (fwd+bwd - fwd); extra MiB = peak allocation of one fwd+bwd step above its inputs.
 """
 import argparse
@@ -26,7 +29,7 @@ from bwd_device import SymbolFrom, measure_step
 from sympathy.attention import cuda
 
 D, H_TOTAL = 256, 2048
-NAMES = ["flash", "cudnn", "ours", "ours-det", "ours-atomic", "math"]
+NAMES = ["flash", "cudnn", "ours", "ours-det", "ours-mma", "ours-atomic", "math"]
 VARIANTS = {}   # NAME -> the library with that build's sy_attn_mma_bwd
 
 
@@ -69,6 +72,58 @@ def check_variants(log):
     return ok
 
 
+CHECK = """
+import math, sys, torch
+from sympathy.attention import cuda
+cuda.D256_HOPPER_BWD = sys.argv[1] == "wgmma"
+worst = 0.0
+for dtype in (torch.bfloat16, torch.float16):
+    for nq, nk, hq, hkv, causal, offset in ((333, 517, 4, 2, False, 0), (333, 517, 4, 2, True, 0), (200, 77, 2, 2, True, 0),
+                                            (1, 1, 2, 1, False, 0), (150, 333, 4, 2, True, 183), (1024, 1024, 2, 2, True, 0)):
+        gen = torch.Generator(device="cuda").manual_seed(nq + nk)
+        q = torch.randn(1, hq, nq, 256, device="cuda", dtype=dtype, generator=gen)
+        k, v = (torch.randn(1, hkv, nk, 256, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+        dout = torch.randn_like(q)
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+
+        def grad(det):
+            return torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=True,
+                                       causal_offset=offset, deterministic=det), leaves, dout)
+
+        grads, det1, det2 = grad(False), grad(True), grad(True)
+        same = all(torch.equal(a, b) for a, b in zip(det1, det2))
+        ref = [t.double().requires_grad_() for t in (q, k, v)]
+        kk, vv = (t.repeat_interleave(hq // hkv, 1) for t in ref[1:])
+        s = ref[0] @ kk.transpose(-1, -2) / math.sqrt(256)
+        if causal:
+            s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device="cuda").triu(1 + offset), -math.inf)
+        p = torch.softmax(s, -1).nan_to_num(0.0)
+        refs = torch.autograd.grad(p @ vv, ref, dout.double())
+        errs = [((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-2)).item() for g, r in zip(grads + det1, refs * 2)]
+        worst = max(worst, *errs) if same else float("inf")
+        print(f"{sys.argv[1]} {str(dtype)[6:]} Nq={nq} Nk={nk} H={hq}/{hkv} causal={causal} offset={offset}: "
+              "err dq/dk/dv " + " ".join(f"{e:.1e}" for e in errs[:3]) + ", deterministic " +
+              " ".join(f"{e:.1e}" for e in errs[3:]) + f", bit-identical twice: {same}", flush=True)
+print(f"{sys.argv[1]} worst {worst:.2e} {'ok' if worst <= 3e-2 else 'FAILED'}")
+sys.exit(0 if worst <= 3e-2 else 1)
+"""
+
+
+def check_routes(log):
+    """The wgmma and the mma backward against float64 (bf16 and fp16, GQA, ragged tiles, causal, a moved
+    diagonal, N = 1), each in a child process with a timeout. True where the wgmma backward passed."""
+    ok = {}
+    for route in ("wgmma", "mma"):
+        try:
+            r = subprocess.run([sys.executable, "-c", CHECK, route], capture_output=True, text=True, timeout=90)
+            out, ok[route] = r.stdout + r.stderr[-2000:], r.returncode == 0
+        except subprocess.TimeoutExpired as exc:
+            out, ok[route] = f"{route}: TIMEOUT after 90 s\n{exc.stdout or ''}", False
+        log(out)
+        print(out[-2500:], flush=True)
+    return ok["wgmma"]
+
+
 def step_fns(name, leaves, dout, causal):
     """(fwd, fwd+bwd) callables of one variant."""
     if name in ("flash", "cudnn"):
@@ -82,21 +137,23 @@ def step_fns(name, leaves, dout, causal):
 
     def fwd():
         return cuda.scaled_dot_product_attention(*leaves, is_causal=causal, kernel="hopper",
-                                                 deterministic=name == "ours-det")
+                                                 deterministic=name.endswith("-det"))
 
     if name in VARIANTS:
         return fwd, lambda: with_lib(name, lambda: torch.autograd.grad(fwd(), leaves, dout))
 
     def step():
-        saved = cuda.SEPARATE_DQ_MAX_KEYS, cuda._d256_fused_backward
+        saved = cuda.SEPARATE_DQ_MAX_KEYS, cuda._d256_fused_backward, cuda.D256_HOPPER_BWD
         if name == "ours-atomic":
             cuda.SEPARATE_DQ_MAX_KEYS = 0
+        if name in ("ours-mma", "ours-atomic"):
+            cuda.D256_HOPPER_BWD = False
         if name == "math":
             cuda._d256_fused_backward = lambda *args: False
         try:
             return torch.autograd.grad(fwd(), leaves, dout)
         finally:
-            cuda.SEPARATE_DQ_MAX_KEYS, cuda._d256_fused_backward = saved
+            cuda.SEPARATE_DQ_MAX_KEYS, cuda._d256_fused_backward, cuda.D256_HOPPER_BWD = saved
 
     return fwd, step
 
@@ -129,11 +186,11 @@ def timing(sizes, log):
 
 def print_table(rows):
     print(f"\nd = {D}, bf16: fwd+bwd TFLOP/s | bwd-only TFLOP/s | extra MiB of one fwd+bwd step")
-    print(f"{'N':>5} {'causal':>6} | " + " | ".join(f"{k:>19}" for k in NAMES) + " | ours/cudnn ours-det/cudnn" + "".join(f" {k}/cudnn" for k in VARIANTS))
+    print(f"{'N':>5} {'causal':>6} | " + " | ".join(f"{k:>19}" for k in NAMES) + " | ours/cudnn ours-det/cudnn ours-mma/cudnn" + "".join(f" {k}/cudnn" for k in VARIANTS))
     for n, causal, res in rows:
         cells = [f"{v[0]:5.1f} {v[1]:5.1f} {v[2]:6.0f}" if v else f"{'-':>19}" for v in res.values()]
         ratios = [res[k][0] / res["cudnn"][0] if res.get(k) and res.get("cudnn") else float("nan")
-                  for k in ("ours", "ours-det") + tuple(VARIANTS)]
+                  for k in ("ours", "ours-det", "ours-mma") + tuple(VARIANTS)]
         print(f"{n:>5} {str(causal):>6} | " + " | ".join(f"{c:>19}" for c in cells) + " | "
               + " ".join(f"{r:.2f}x" for r in ratios), flush=True)
 
@@ -142,6 +199,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--tests-timeout", type=int, default=240)
     ap.add_argument("--tests", nargs="*", default=["tests/test_attention_gpu_backward_d256.py"])
     ap.add_argument("--out", default=".")
     ap.add_argument("--variant", action="append", default=[], help="NAME=path/to/prebuilt.so")
@@ -167,11 +226,19 @@ def main():
         NAMES.insert(3, name)
     if VARIANTS:
         print(f"variants {'passed' if check_variants(log) else 'FAILED'}", flush=True)
+    if not args.skip_check and not check_routes(log):
+        # A wrong or hanging wgmma backward is not timed (it could hang the timing), and the call ends here.
+        print("wgmma backward failed its check: no tests, no timing", flush=True)
+        return 1
     if not args.skip_tests:
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *args.tests],
-                           capture_output=True, text=True)
-        log(r.stdout + r.stderr)
-        print(r.stdout[-3000:], r.stderr[-1500:], f"tests rc={r.returncode} {time.time() - t0:.0f}s", flush=True)
+        try:
+            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *args.tests],
+                               capture_output=True, text=True, timeout=args.tests_timeout)
+            out, rc = r.stdout[-3000:] + r.stderr[-1500:], r.returncode
+        except subprocess.TimeoutExpired as exc:
+            out, rc = f"TIMEOUT\n{exc.stdout or ''}", "timeout"
+        log(out)
+        print(out, f"tests rc={rc} {time.time() - t0:.0f}s", flush=True)
     print_table(timing(args.sizes, log))
     print(f"total {time.time() - t0:.0f}s")
 

@@ -1,11 +1,13 @@
-"""The d = 256 backward (issue 21): the mma backward templated to d = 256 (cuda_src/attention_mma_bwd.cu,
-kernel_traits.cuh's MmaBwdDkdvTraitsD256: two warps per 16 keys, each owning half of dK's and dV's
-columns), routed by cuda._d256_fused_backward instead of the O(N^2) math backward.
+"""The d = 256 backward (issue 21), routed by cuda._d256_fused_backward instead of the O(N^2) math backward:
+the wgmma backward (cuda_src/attention_hopper_bwd256.cu: two warpgroups splitting the GEMMs by gradient,
+dQ by atomics) after a `hopper` forward unless deterministic (cuda._d256_hopper_backward), else the mma
+backward templated to d = 256 (cuda_src/attention_mma_bwd.cu, kernel_traits.cuh's MmaBwdDkdvTraitsD256:
+two warps per 16 keys, each owning half of dK's and dV's columns).
 
-CPU: the routing predicate. GPU (marked `gpu`, sm_90: the kernel needs 217 KiB of shared memory a
-block): gradients against float64 autograd (causal and not, GQA, odd lengths, N = 1, fp16 and bf16, the
-atomic and the deterministic dQ), bit-identical deterministic runs, the kernels the profiler sees, and
-the backward's peak memory (O(N): no N x N matrix).
+CPU: the routing predicates. GPU (marked `gpu`, sm_90: the kernels need 217-226 KiB of shared memory a
+block): gradients against float64 autograd on both kernels (causal and not, GQA, odd lengths, N = 1,
+fp16 and bf16, the atomic and the deterministic dQ), bit-identical deterministic runs, the kernels the
+profiler sees, and the backward's peak memory (O(N): no N x N matrix).
 """
 import pytest
 
@@ -35,6 +37,12 @@ def test_d256_backward_routes_to_the_mma_backward_only_where_it_runs(dtype, capa
     assert 256 not in cuda.BWD_HEAD_DIMS   # the other kernels' head dims are unchanged
 
 
+@pytest.mark.parametrize("kernel, deterministic, wgmma", [
+    ("hopper", False, True), ("hopper", True, False), ("naive", False, False)])
+def test_d256_backward_takes_wgmma_after_a_hopper_forward_unless_deterministic(kernel, deterministic, wgmma):
+    assert cuda._d256_hopper_backward(kernel, deterministic) is wgmma
+
+
 # ---- the kernels on the GPU ----------------------------------------------------------------------------
 def on_hopper() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -50,9 +58,11 @@ needs_hopper = pytest.mark.skipif(not on_hopper(), reason="the d = 256 backward 
     (200, 77, 1, True, torch.float16), (513, 513, 1, False, torch.bfloat16), (300, 700, 4, True, torch.bfloat16),
     (700, 300, 2, False, torch.float16),
 ])
-def test_d256_gradients_match_float64(Nq, Nk, group, causal, dtype):
+@pytest.mark.parametrize("wgmma", [True, False])
+def test_d256_gradients_match_float64(Nq, Nk, group, causal, dtype, wgmma, monkeypatch):
     """Several 64-key blocks and query tiles, a ragged last one of each, GQA (dK, dV summed over the group),
-    Nq != Nk (causal: top-left diagonal, so some rows see no key), both dQ paths."""
+    Nq != Nk (causal: top-left diagonal), both dQ paths; wgmma False: the mma backward for every call."""
+    monkeypatch.setattr(cuda, "D256_HOPPER_BWD", wgmma)
     q, k, v, dout = gpu_inputs(1, 2, group, Nq, Nk, 256, dtype, seed=Nq + Nk)
     out = our_output(q, k, v, is_causal=causal)
     refs = reference_grads(q, k, v, dout, out=out, is_causal=causal)
@@ -89,10 +99,10 @@ def test_d256_deterministic_is_bit_identical_and_agrees_with_atomic():
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_d256_backward_runs_the_mma_kernels_in_o_n_memory(deterministic):
-    """The profiler sees the mma backward's kernels, and the backward allocates O(N) bytes: at N = 4096 one
-    (B, H, N, N) fp32 matrix of the math backward would be 256 MiB; q, k, v, dout and their gradients
-    plus the workspaces are 8 x 16 MiB."""
+def test_d256_backward_runs_the_fused_kernels_in_o_n_memory(deterministic):
+    """The profiler sees the wgmma backward's kernel (deterministic: the mma backward's two), and the
+    backward allocates O(N) bytes: at N = 4096 one (B, H, N, N) fp32 matrix of the math backward would be
+    256 MiB; q, k, v, dout and their gradients plus the workspaces are 8 x 16 MiB."""
     B, H, N = 1, 4, 4096
     q, k, v, dout = gpu_inputs(B, H, 1, N, N, 256, torch.bfloat16, seed=8)
     leaves = [t.requires_grad_() for t in (q, k, v)]
@@ -105,5 +115,6 @@ def test_d256_backward_runs_the_mma_kernels_in_o_n_memory(deterministic):
         torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - before
     names = " ".join(event.key for event in prof.key_averages())
-    assert "dkdv_kernel" in names and ("dq_kernel" in names) == deterministic
+    assert ("hopper_bwd256_kernel" in names) != deterministic
+    assert ("dkdv_kernel" in names) == ("dq_kernel" in names) == deterministic
     assert extra < B * H * N * N * 4 // 2, f"{extra / 2**20:.0f} MiB: an N x N matrix was allocated"

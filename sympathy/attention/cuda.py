@@ -68,6 +68,18 @@ def _d256_fused_backward(dtype, capability, attn_mask, window, dropout) -> bool:
 # (H100, bf16, docs/attention-gpu.md): key sequences up to this length take it whatever
 # `deterministic` says (and need no dq_accum).
 SEPARATE_DQ_MAX_KEYS = 2048
+# d = 256 on wgmma (attention_hopper_bwd256.cu: two warpgroups splitting the five GEMMs by gradient, dQ by
+# atomics) after a `hopper` forward, where _d256_fused_backward holds and the call is not deterministic:
+# measured 1.02-1.38x the mma backward fwd+bwd (0.94-1.02x at N = 1024 causal, within that cell's spread).
+# Deterministic calls keep the mma backward's separate dQ pass: the wgmma kernel with dQ added in a fixed
+# key-block order measured 0.68-0.84x of it (docs/notes-attention-bwd.md, session d256w21). False: the mma
+# backward everywhere (for same-run comparisons, scripts/bwd256_device.py).
+D256_HOPPER_BWD = True
+
+
+def _d256_hopper_backward(kernel: str, deterministic: bool) -> bool:
+    """A d = 256 backward that _d256_fused_backward sends to a fused kernel runs on the wgmma one."""
+    return D256_HOPPER_BWD and kernel == "hopper" and not deterministic
 _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # enum sy_attn_dtype
 
 
@@ -315,8 +327,9 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
     math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the
-    hopper backward after a `hopper` call, on the mma backward otherwise (mask_tiles.py); d = 256 on the mma
-    backward where _d256_fused_backward says; _math_backward for other masks and head dims, and for a
+    hopper backward after a `hopper` call, on the mma backward otherwise (mask_tiles.py); d = 256 where
+    _d256_fused_backward says on attention_hopper_bwd256.cu (wgmma) after a `hopper` forward unless
+    deterministic (_d256_hopper_backward), else on the mma backward; _math_backward for other masks and head dims, and for a
     band (causal_offset, window: as _launch) in float32."""
     torch = _torch()
     B, Hq, Nq, d = q.shape
@@ -356,9 +369,11 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     hopper = tensor_cores and kernel == "hopper" and (attn_mask is None or mask_tiles) and not d256 \
         and (not deterministic or q.dtype == torch.bfloat16 or d == 128) \
         and not (dropout is not None and d == 64)
+    hopper256 = d256 and _d256_hopper_backward(kernel, deterministic)
     if tensor_cores:
-        # The hopper backward has no separate dQ pass: it accumulates dQ into dq_accum at every length.
-        deterministic = deterministic or (not hopper and attn_mask is None and Nk <= SEPARATE_DQ_MAX_KEYS)
+        # The hopper backwards have no separate dQ pass: they accumulate dQ into dq_accum at every length.
+        deterministic = deterministic or (not hopper and not hopper256 and attn_mask is None
+                                          and Nk <= SEPARATE_DQ_MAX_KEYS)
         rows = -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
         if hopper:   # whole query tiles (tile-major), then the deterministic mode's per-tile counters
@@ -387,7 +402,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
         _fill_mask_params(p, ffi, mask)
     _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
-    launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
+    launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_hopper_bwd256 if hopper256 \
+        else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
         status = launch(p, ffi.cast("void *", stream))
