@@ -34,10 +34,15 @@ constexpr int kDropoutFlag = 8;
 // (Consumer::next_tile). Measured against one block per tile (docs/notes-hopper.md v10): +1-8 % not
 // causal, +4-12 % causal at N = 4096-8192. Without a counter (a C caller's choice) the grid has a
 // block per tile, which the hardware hands to SMs as they free up.
+// Full rectangles (kBandNone, not varlen) are tiles of one length: there a static stride (block i takes
+// tiles i, i + grid, ...) deals them as the counter would, and the launch needs no memset of the counter
+// before the kernel (a second operation on the stream, and a gap between the two, in every call: at
+// N = 1024 the kernel itself runs only 60-70 us).
 struct TileScheduler {
     int n_mblocks;   // query blocks per head
     int heads_q;
     int n_tiles;
+    int stride;      // 1: persistent with the static stride (no counter)
 
     struct Tile { int m_block, h, b; };
 
@@ -47,14 +52,30 @@ struct TileScheduler {
         return {reverse_m ? n_mblocks - 1 - m_index : m_index, head % heads_q, head / heads_q};
     }
 
-    // The tile after this block's current one; n_tiles or more means none is left.
-    __device__ __forceinline__ int next(int *counter) const {
+    // The tile after this block's current one t; n_tiles or more means none is left.
+    __device__ __forceinline__ int next(int *counter, int t) const {
+        if (stride) return t + static_cast<int>(gridDim.x);
         return counter ? static_cast<int>(gridDim.x) + atomicAdd(counter, 1) : n_tiles;
     }
 #endif
 };
 
 #ifdef SY_HOPPER_DEVICE_CODE
+
+// ---- the output's way out: shared memory, then the copy engine -----------------------------------------
+// Four 8 x 8 16-bit matrices from registers into shared memory (lane l addresses row l % 8 of matrix l / 8):
+// register i of each lane holds its two elements of matrix i as an mma accumulator fragment does.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3) : "memory");
+}
+// One box of shared memory into a 4-d tensor map (d, N, heads, batch) by the copy engine, in this thread's bulk
+// group; rows past the map's N are not written.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t src, int col, int row, int head, int batch) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(col), "r"(row), "r"(head), "r"(batch)
+                 : "memory");
+}
 
 // ---- shared memory ----------------------------------------------------------------------------------
 // The ring's barriers. Every consumer thread arrives on an empty barrier (128 x kConsumerWGs arrivals): it
@@ -74,6 +95,7 @@ struct SharedTiles {
     unsigned char *q;   // [kQBuffers][kPanels][kBlockM][64], 128B-swizzled
     unsigned char *k;   // [kStages][kPanels][kBlockN][64]
     unsigned char *v;   // [kStages][kPanels][kBlockN][64]
+    unsigned char *o;   // kStageO: [kConsumerWGs][kPanels][64][64], 128B-swizzled (Consumer::store)
     Barriers<Tr> *bars;
     float2 *sink;       // [128 * kConsumerWGs]: Consumer::pin_softmax's stores, never read
 
@@ -82,7 +104,8 @@ struct SharedTiles {
         q = base;
         k = q + Tr::kQBuffers * Tr::kQBytes;
         v = k + Tr::kStages * Tr::kKVBytes;
-        bars = reinterpret_cast<Barriers<Tr> *>(v + Tr::kStages * Tr::kKVBytes);
+        o = v + Tr::kStages * Tr::kKVBytes;
+        bars = reinterpret_cast<Barriers<Tr> *>(o + Tr::kOBytes);
         sink = reinterpret_cast<float2 *>(reinterpret_cast<unsigned char *>(bars) + 256);
         static_assert(sizeof(Barriers<Tr>) <= 256, "kSmemBytes reserves 256 bytes for the barriers");
     }
@@ -172,7 +195,7 @@ __device__ __forceinline__ TileWork uniform(TileWork w) {
 template <class Tr, int kMode>
 __device__ __forceinline__ int skip_past_ends(const TileScheduler &sched, const sy_attn_params &p, int t) {
     if constexpr ((kMode & kVarlenFlag) != 0) {
-        for (; t < sched.n_tiles; t = sched.next(p.tile_counter)) {
+        for (; t < sched.n_tiles; t = sched.next(p.tile_counter, t)) {
             const TileScheduler::Tile tl = sched.tile(t, (kMode & 3) != kBandNone);
             if (tl.m_block * Tr::kBlockM < __ldg(p.cu_seqlens_q + tl.b + 1) - __ldg(p.cu_seqlens_q + tl.b)) break;
         }
@@ -254,7 +277,7 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
     produce_q<Tr, kMode>(sm, tm_q, sched, p, 0, t);
     for (int tile_iter = 0; t < sched.n_tiles; ++tile_iter) {
         const TileWork w = tile_work<Tr, kMode>(sched, t, p, band, kv_iter, tile_iter);
-        int next = kDrawEarly ? sched.next(p.tile_counter) : 0;
+        int next = kDrawEarly ? sched.next(p.tile_counter, t) : 0;
         // Where the tile's sequence starts in the tensor maps (varlen: its first packed row, batch 0;
         // otherwise row 0 of batch w.b); kBandMask: block j is entry j of the tile's list.
         const int k_row0 = kVarlen ? __ldg(p.cu_seqlens_k + w.b) : 0, batch = kVarlen ? 0 : w.b;
@@ -264,7 +287,7 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
             produce_kv<Tr>(sm, tm_k, tm_v, kv_iter, k_row0 + block * Tr::kBlockN, w.h / group, batch);
             if (kQAhead && j == 0) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         }
-        if constexpr (!kDrawEarly) next = skip_past_ends<Tr, kMode>(sched, p, sched.next(p.tile_counter));
+        if constexpr (!kDrawEarly) next = skip_past_ends<Tr, kMode>(sched, p, sched.next(p.tile_counter, t));
         if (!kQAhead) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         t = next;
     }
