@@ -370,14 +370,14 @@ struct Consumer {
         wgmma_wait<0>();
         retire_pv(c.kv0 + c.n_blocks - 1);
         store(p, c, row0, softmax);
-        if (Tr::kStageO && tm_o && threadIdx.x % 128 == 0) bulk_wait_all();   // shared memory outlives the last store
+        if (Tr::kStageO && tm_o && threadIdx.x % 32 == 0) bulk_wait_all();   // shared memory outlives the last store
     }
 
-    // kStageO: the copy engine has read this warpgroup's O buffer (the store of the tile before). Its
-    // issuing thread waits (at once: that store went out a whole tile ago) before the turn barrier, which
-    // every thread of the warpgroup passes before it writes the buffer again in store().
+    // kStageO: the copy engine has read this warp's rows of the O buffer (the store of the tile before). The
+    // warp's issuing lane waits (at once: that store went out a whole tile ago) before the turn barrier,
+    // which every lane passes before it writes the buffer again in store().
     __device__ __forceinline__ void o_buffer_free() {
-        if (Tr::kStageO && tm_o && threadIdx.x % 128 == 0) bulk_wait_read<0>();
+        if (Tr::kStageO && tm_o && threadIdx.x % 32 == 0) bulk_wait_read<0>();
     }
 
     // O / l and the log-sum-exp of tile c (state: its rows' maxima and sums, a copy that finalize
@@ -413,14 +413,16 @@ struct Consumer {
         }
     }
 
-    // O of tile c (normalised, in acc) through this warpgroup's shared buffer: 16 x 16 blocks by stmatrix into
-    // the 128B-swizzled panels (16-byte chunk index XOR the row inside its 8-row atom, as TMA reads them),
-    // then, once every thread's stores are visible to the copy engine, one thread issues a tensor store per
-    // 64-column panel. The copy engine clips rows past seqlen_q. The LSE goes out directly (4 bytes a row).
+    // O of tile c (normalised, in acc) through this warpgroup's shared buffer, each warp its own 16 rows: 16 x 16
+    // blocks by stmatrix into the 128B-swizzled panels (16-byte chunk index XOR the row inside its 8-row atom,
+    // as TMA reads them), then, once the warp's stores are visible to the copy engine, its lane 0 issues a
+    // tensor store of 16 rows per 64-column panel. Per warp, so no barrier makes a warp wait for the other three
+    // (one buffer per warpgroup behind a 128-thread barrier measured level: docs/notes-hopper.md fwd21c). The
+    // copy engine clips rows past seqlen_q. The LSE goes out directly (4 bytes a row).
     __device__ __forceinline__ void store_staged(const sy_attn_params &p, const TileWork &c, int first_row, const float (&lse)[2]) {
-        const uint32_t buf = smem_addr(sm.o + wg * Tr::kOBytesPerWG);
-        const int lane = threadIdx.x % 32, m = lane / 8;
-        const int row = (threadIdx.x % 128) / 32 * 16 + (m % 2) * 8 + lane % 8;   // this lane's address row
+        const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32, m = lane / 8;
+        const uint32_t buf = smem_addr(sm.o + wg * Tr::kOBytesPerWG) + warp * 16 * Tr::kRowBytes;
+        const int row = (m % 2) * 8 + lane % 8;   // this lane's address row among the warp's 16
 #pragma unroll
         for (int i = 0; i < kNTilesO / 2; ++i) {
             const int col = 16 * i + (m / 2) * 8;
@@ -431,11 +433,12 @@ struct Consumer {
                         MmaOp<T>::pack(acc[0][2 * i + 1][2], acc[0][2 * i + 1][3]));
         }
         fence_proxy_async_shared();   // the generic-proxy stores, visible to the copy engine's reads
-        named_bar_sync(1 + Tr::kConsumerWGs + wg, 128);
-        if (threadIdx.x % 128 == 0) {
+        __syncwarp();
+        if (lane == 0) {
 #pragma unroll
             for (int panel = 0; panel < Tr::kPanels; ++panel)
-                tma_store_4d(tm_o, buf + panel * Tr::kRowsPerWG * Tr::kRowBytes, panel * Tr::kPanelCols, first_row, c.h, c.b);
+                tma_store_4d(tm_o, buf + panel * Tr::kRowsPerWG * Tr::kRowBytes, panel * Tr::kPanelCols, first_row + warp * 16,
+                             c.h, c.b);
             bulk_commit();
         }
         float *gLse = p.lse + (static_cast<int64_t>(c.b) * p.heads_q + c.h) * p.seqlen_q;
@@ -540,7 +543,7 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     // and o's base and strides suit TMA; otherwise direct stores.
     const bool o_by_tma = Tr::kStageO && !kVarlen && tma_aligned(p.o, p.o_strides, p.batch, p.heads_q, p.seqlen_q);
     if (status == kOk && o_by_tma)
-        status = encode_map(&tm_o, p.o, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, p.batch, p.o_strides, Tr::kRowsPerWG);
+        status = encode_map(&tm_o, p.o, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, p.batch, p.o_strides, 16);   // a warp's rows
     if (status != kOk) return status;
 
     int device = 0, sms = 0;

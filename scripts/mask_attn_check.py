@@ -200,7 +200,8 @@ def main():
                      f"{((got.double() - ref).abs().max() / ref.abs().max()).item():.2e}")
 
 
-    table = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, B={B} H={H} N={N} d={d} bf16, "
+    table = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, B={B} "
+             f"{'H=32 N=' + str(N) + ' d=64' if args.d64 else f'H={H} N={N} d={d}'} bf16, "
              f"key lengths {lens.tolist()} (visible pairs {vis_flops / full_flops:.3f} of all)",
              "| variant | ms | TFLOP/s (visible pairs) | vs same kernel unmasked | note |", "|---|---|---|---|---|"]
     for name, ms, tf, ratio, note in rows:
