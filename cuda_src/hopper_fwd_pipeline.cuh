@@ -36,9 +36,9 @@ constexpr int kDropoutFlag = 8;
 // block per tile, which the hardware hands to SMs as they free up.
 // Full rectangles (kBandNone, not varlen) are tiles of one length: there a static stride (block i takes
 // tiles i, i + grid, ...) deals them as the counter would, and the launch needs no memset of the counter
-// before the kernel (a second operation on the stream, and a gap between the two, in every call: at
-// N = 1024 the kernel itself runs only 60-70 us). Measured once (docs/notes-hopper.md fwd21c): d = 128
-// N = 1024 +3 %, level at N = 4096 and at d = 64.
+// before the kernel (a second operation on the stream, and a gap between the two, in every call: a few
+// microseconds beside the 235 us of d = 128, N = 1024, B * N = 16384). Measured once (docs/notes-hopper.md
+// fwd21c): d = 128 N = 1024 +3 %, level at N = 4096 and at d = 64.
 struct TileScheduler {
     int n_mblocks;   // query blocks per head
     int heads_q;
@@ -96,7 +96,7 @@ struct SharedTiles {
     unsigned char *q;   // [kQBuffers][kPanels][kBlockM][64], 128B-swizzled
     unsigned char *k;   // [kStages][kPanels][kBlockN][64]
     unsigned char *v;   // [kStages][kPanels][kBlockN][64]
-    unsigned char *o;   // kStageO: [kConsumerWGs][kPanels][64][64], 128B-swizzled (Consumer::store)
+    unsigned char *o;   // kStageO: [kConsumerWGs][kPanels][64][64], 128B-swizzled (Consumer::store_staged)
     Barriers<Tr> *bars;
     float2 *sink;       // [128 * kConsumerWGs]: Consumer::pin_softmax's stores, never read
 

@@ -50,9 +50,9 @@ struct HopperTraits {
     // there, 128B-swizzled as Q, and one lane issues the tensor stores, so a warpgroup writes O with
     // kHeadDim / 16 stmatrix a thread instead of kHeadDim / 4 scattered 4-byte global stores and goes back to the
     // tensor cores sooner: at d = 128 +4-8 % at N = 1024 and +1-4 % at N = 4096, causal or not, in two runs
-    // (docs/notes-hopper.md fwd21c); level at d = 64 on three consumers. Not on d = 64's 128-row tiles (HopperTraitsD64Short), where it
-    // measured -3.5 % causal at N = 1024 in both runs; nor where it does not fit beside one Q buffer and the
-    // ring (d = 256: 192 KiB already).
+    // (docs/notes-hopper.md fwd21c); level at d = 64 on three consumers. Not on d = 64's 128-row tiles
+    // (HopperTraitsD64Short), where it measured -3.5 % causal at N = 1024 in both runs; nor where it does not
+    // fit beside one Q buffer and the ring (d = 256: 192 KiB already).
 #ifndef SY_HOPPER_STAGE_O
 #define SY_HOPPER_STAGE_O 1
 #endif
