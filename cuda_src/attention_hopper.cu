@@ -20,6 +20,7 @@
 // other targets (CI compiles every file for sm_80) get an empty kernel that the launcher never runs:
 // it answers SY_EUNSUPPORTED unless the device is sm_90 and the loaded kernel was built for it.
 #include "hopper_fwd_pipeline.cuh"   // mode flags, tile order, shared memory, TileWork, the producer
+#include "hopper_fwd_epilogue.cuh"   // O out through shared memory and the copy engine
 #include "attention_dropout.cuh"     // dropout: Philox keep-masks on P's fragments
 #include "mma_primitives.cuh"      // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
 #include "softmax.cuh"
@@ -413,34 +414,10 @@ struct Consumer {
         }
     }
 
-    // O of tile c (normalised, in acc) through this warpgroup's shared buffer, each warp its own 16 rows: 16 x 16
-    // blocks by stmatrix into the 128B-swizzled panels (16-byte chunk index XOR the row inside its 8-row atom,
-    // as TMA reads them), then, once the warp's stores are visible to the copy engine, its lane 0 issues a
-    // tensor store of 16 rows per 64-column panel. Per warp, so no barrier makes a warp wait for the other three
-    // (one buffer per warpgroup behind a 128-thread barrier measured level: docs/notes-hopper.md fwd21c). The
-    // copy engine clips rows past seqlen_q. The LSE goes out directly (4 bytes a row).
+    // O of tile c (normalised, in acc) through this warpgroup's shared buffer and the copy engine
+    // (hopper_fwd_epilogue.cuh); the LSE directly (4 bytes a row).
     __device__ __forceinline__ void store_staged(const sy_attn_params &p, const TileWork &c, int first_row, const float (&lse)[2]) {
-        const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32, m = lane / 8;
-        const uint32_t buf = smem_addr(sm.o + wg * Tr::kOBytesPerWG) + warp * 16 * Tr::kRowBytes;
-        const int row = (m % 2) * 8 + lane % 8;   // this lane's address row among the warp's 16
-#pragma unroll
-        for (int i = 0; i < kNTilesO / 2; ++i) {
-            const int col = 16 * i + (m / 2) * 8;
-            const uint32_t addr = buf + (col / Tr::kPanelCols) * (Tr::kRowsPerWG * Tr::kRowBytes) + row * Tr::kRowBytes +
-                                  ((((col % Tr::kPanelCols) / 8) ^ (row % 8)) * 16);
-            stmatrix_x4(addr, MmaOp<T>::pack(acc[0][2 * i][0], acc[0][2 * i][1]), MmaOp<T>::pack(acc[0][2 * i][2], acc[0][2 * i][3]),
-                        MmaOp<T>::pack(acc[0][2 * i + 1][0], acc[0][2 * i + 1][1]),
-                        MmaOp<T>::pack(acc[0][2 * i + 1][2], acc[0][2 * i + 1][3]));
-        }
-        fence_proxy_async_shared();   // the generic-proxy stores, visible to the copy engine's reads
-        __syncwarp();
-        if (lane == 0) {
-#pragma unroll
-            for (int panel = 0; panel < Tr::kPanels; ++panel)
-                tma_store_4d(tm_o, buf + panel * Tr::kRowsPerWG * Tr::kRowBytes, panel * Tr::kPanelCols, first_row + warp * 16,
-                             c.h, c.b);
-            bulk_commit();
-        }
+        store_o_staged<Tr, T>(smem_addr(sm.o + wg * Tr::kOBytesPerWG), tm_o, acc, first_row, c.h, c.b);
         float *gLse = p.lse + (static_cast<int64_t>(c.b) * p.heads_q + c.h) * p.seqlen_q;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {

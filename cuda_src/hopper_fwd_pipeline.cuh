@@ -63,21 +63,6 @@ struct TileScheduler {
 
 #ifdef SY_HOPPER_DEVICE_CODE
 
-// ---- the output's way out: shared memory, then the copy engine -----------------------------------------
-// Four 8 x 8 16-bit matrices from registers into shared memory (lane l addresses row l % 8 of matrix l / 8):
-// register i of each lane holds its two elements of matrix i as an mma accumulator fragment does.
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
-                 "r"(r2), "r"(r3) : "memory");
-}
-// One box of shared memory into a 4-d tensor map (d, N, heads, batch) by the copy engine, in this thread's bulk
-// group; rows past the map's N are not written.
-__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t src, int col, int row, int head, int batch) {
-    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
-                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(col), "r"(row), "r"(head), "r"(batch)
-                 : "memory");
-}
-
 // ---- shared memory ----------------------------------------------------------------------------------
 // The ring's barriers. Every consumer thread arrives on an empty barrier (128 x kConsumerWGs arrivals): it
 // releases the stage once its own wait_group returned, with no extra warpgroup barrier.
