@@ -20,6 +20,7 @@
 // other targets (CI compiles every file for sm_80) get an empty kernel that the launcher never runs:
 // it answers SY_EUNSUPPORTED unless the device is sm_90 and the loaded kernel was built for it.
 #include "hopper_fwd_pipeline.cuh"   // mode flags, tile order, shared memory, TileWork, the producer
+#include "hopper_fwd_epilogue.cuh"   // O out through shared memory and the copy engine
 #include "attention_dropout.cuh"     // dropout: Philox keep-masks on P's fragments
 #include "mma_primitives.cuh"      // MmaOp<T>::pack (two fp32 to one 16-bit pair), smem_addr
 #include "softmax.cuh"
@@ -47,6 +48,8 @@ struct Consumer {
     const float scale_log2;
     // wgmma descriptors of this warpgroup's Q rows and of ring stage 0 of K and V (desc_at steps on).
     const uint64_t q_desc, k_desc, v_desc;
+    // kStageO: O's tensor map, where the launch made one (o TMA-aligned, not varlen); nullptr: direct stores.
+    const CUtensorMap *const tm_o;
 
     float rS[1][kNTilesS][4];    // S, then P in fp32: the warpgroup's 64 x kBlockN scores
     uint32_t rP[Tr::kPVSteps][4];   // P in 16 bits: one m64k16 A fragment per k16 step of P V
@@ -56,13 +59,13 @@ struct Consumer {
     bool rescale_pending;        // some row of this warp has alpha != 1 (lazy rescale: mostly not)
     OnlineSoftmaxFragment<1> softmax;
 
-    __device__ Consumer(const SharedTiles<Tr> &sm_, int wg_, float scale)
+    __device__ Consumer(const SharedTiles<Tr> &sm_, int wg_, float scale, const CUtensorMap *tm_o_)
         : sm(sm_), wg(wg_), row0(0),
           thread_row((threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4), thread_col((threadIdx.x % 4) * 2),
           scale_log2(scale * kLog2e),
           q_desc(smem_desc(smem_addr(sm_.q) + wg_ * Tr::kRowsPerWG * Tr::kRowBytes, 16, Tr::kAtomBytes)),
           k_desc(smem_desc(smem_addr(sm_.k), 16, Tr::kAtomBytes)),
-          v_desc(smem_desc(smem_addr(sm_.v), Tr::kKVPanelBytes, Tr::kAtomBytes)) {}
+          v_desc(smem_desc(smem_addr(sm_.v), Tr::kKVPanelBytes, Tr::kAtomBytes)), tm_o(Tr::kStageO ? tm_o_ : nullptr) {}
 
     // Ring index kv (the count of K/V blocks this block has consumed before) names the stage and its lap.
     static __device__ __forceinline__ int stage_of(int kv) { return kv % Tr::kStages; }
@@ -340,6 +343,7 @@ struct Consumer {
     // (causal: half the key blocks on average). Measured +5-14 % causal (docs/notes-hopper.md v10).
     __device__ void next_tile(const sy_attn_params &p, Band band, const TileWork &c, const TileWork &x) {
         take_q(x);
+        o_buffer_free();
         wait_turn();
         issue_s(x.kv0, x.q_buf);
         rescale_and_issue_pv(c.kv0 + c.n_blocks - 1, c.n_blocks > 1);
@@ -360,12 +364,21 @@ struct Consumer {
     // The block's last tile c: its last P V (the last warpgroup passes no turn after it: warpgroup 0
     // waits for no further one), then the store.
     __device__ void finish(const sy_attn_params &p, const TileWork &c) {
+        o_buffer_free();
         wait_turn();
         rescale_and_issue_pv(c.kv0 + c.n_blocks - 1, c.n_blocks > 1);
         if (wg != kLastWG) pass_turn();
         wgmma_wait<0>();
         retire_pv(c.kv0 + c.n_blocks - 1);
         store(p, c, row0, softmax);
+        if (Tr::kStageO && tm_o && threadIdx.x % 32 == 0) bulk_wait_all();   // shared memory outlives the last store
+    }
+
+    // kStageO: the copy engine has read this warp's rows of the O buffer (the store of the tile before). The
+    // warp's issuing lane waits (at once: that store went out a whole tile ago) before the turn barrier,
+    // which every lane passes before it writes the buffer again in store().
+    __device__ __forceinline__ void o_buffer_free() {
+        if (Tr::kStageO && tm_o && threadIdx.x % 32 == 0) bulk_wait_read<0>();
     }
 
     // O / l and the log-sum-exp of tile c (state: its rows' maxima and sums, a copy that finalize
@@ -374,6 +387,12 @@ struct Consumer {
         float lse[2];
         state.finalize(acc, p.scale, lse);
         if constexpr (kDropout) dropout_scale_acc(acc, 1.f / (1.f - p.dropout_p));
+        if constexpr (Tr::kStageO) {
+            if (tm_o) {
+                store_staged(p, c, first_row, lse);
+                return;
+            }
+        }
         T *gO = head_base(static_cast<T *>(p.o), p.o_strides, c.b, c.h);
         float *gLse = p.lse + (static_cast<int64_t>(c.b) * p.heads_q + c.h) * p.seqlen_q;
         int len_q = p.seqlen_q;
@@ -394,14 +413,26 @@ struct Consumer {
             if (thread_col == 0) gLse[row] = lse[half];
         }
     }
+
+    // O of tile c (normalised, in acc) through this warpgroup's shared buffer and the copy engine
+    // (hopper_fwd_epilogue.cuh); the LSE directly (4 bytes a row).
+    __device__ __forceinline__ void store_staged(const sy_attn_params &p, const TileWork &c, int first_row, const float (&lse)[2]) {
+        store_o_staged<Tr, T>(smem_addr(sm.o + wg * Tr::kOBytesPerWG), tm_o, acc, first_row, c.h, c.b);
+        float *gLse = p.lse + (static_cast<int64_t>(c.b) * p.heads_q + c.h) * p.seqlen_q;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = first_row + thread_row + half * 8;
+            if (thread_col == 0 && r < p.seqlen_q) gLse[r] = lse[half];
+        }
+    }
 };
 #endif  // SY_HOPPER_DEVICE_CODE
 
 template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                  const __grid_constant__ CUtensorMap tm_v, const sy_attn_params p, const TileScheduler sched,
-                  const Band band) {
+                  const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o, const int o_by_tma,
+                  const sy_attn_params p, const TileScheduler sched, const Band band) {
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const SharedTiles<Tr> sm(smem_raw);
@@ -430,11 +461,12 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             tma_prefetch_map(&tm_q);
             tma_prefetch_map(&tm_k);
             tma_prefetch_map(&tm_v);
+            if (o_by_tma) tma_prefetch_map(&tm_o);
             produce<Tr, kMode>(sm, &tm_q, &tm_k, &tm_v, sched, p, band);
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
-        Consumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
+        Consumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale, o_by_tma ? &tm_o : nullptr);
         // The tile of iteration i, once its Q has landed (n_tiles or more: none).
         auto wait_tile = [&](int tile_iter) {
             const int buf = tile_iter % Tr::kQBuffers;
@@ -463,6 +495,9 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 }
 
 // ---- host: launch (tensor maps: hopper_primitives.cuh) ----------------------------------------------
+#ifndef SY_HOPPER_STATIC_NONE
+#define SY_HOPPER_STATIC_NONE 1   // full rectangles on the static stride (TileScheduler); 0: the counter too
+#endif
 template <class Tr, typename T, int kMode>
 int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     auto kernel = hopper_fwd_kernel<Tr, T, kMode>;
@@ -475,12 +510,17 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     // Varlen: one "batch" of total rows; each tile addresses its sequence's rows.
     constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     const int map_batch = kVarlen ? 1 : p.batch;
-    CUtensorMap tm_q, tm_k, tm_v;
+    CUtensorMap tm_q, tm_k, tm_v, tm_o = {};
     int status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
     if (status == kOk)
         status = encode_map(&tm_k, p.k, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.k_strides, Tr::kBlockN);
     if (status == kOk)
         status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.v_strides, Tr::kBlockN);
+    // O by the copy engine (Consumer::store_staged) where its box cannot cross into another sequence (not varlen)
+    // and o's base and strides suit TMA; otherwise direct stores.
+    const bool o_by_tma = Tr::kStageO && !kVarlen && tma_aligned(p.o, p.o_strides, p.batch, p.heads_q, p.seqlen_q);
+    if (status == kOk && o_by_tma)
+        status = encode_map(&tm_o, p.o, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, p.batch, p.o_strides, 16);   // a warp's rows
     if (status != kOk) return status;
 
     int device = 0, sms = 0;
@@ -497,25 +537,33 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     if (err != cudaSuccess) return static_cast<int>(err);
     // Persistent: one resident block per SM (shared memory and registers allow no second), the
-    // counter zeroed on the stream. Otherwise a block per tile and no counter: the kernel must not
-    // draw tiles from a counter nobody zeroed.
+    // counter zeroed on the stream, or for tiles of one length (TileScheduler) the static stride and no
+    // counter. Otherwise a block per tile and no counter: the kernel must not draw tiles from a counter
+    // nobody zeroed.
     sy_attn_params kp = p;
     int grid = sched.n_tiles;
+    sched.stride = 0;
     if (p.tile_counter) {
-        if ((err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream)) != cudaSuccess) return static_cast<int>(err);
         grid = static_cast<int>(min(n_tiles, int64_t(sms)));
+        if (SY_HOPPER_STATIC_NONE && (kMode & (3 | kVarlenFlag)) == kBandNone) {
+            sched.stride = 1;
+            kp.tile_counter = nullptr;
+        } else if ((err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream)) != cudaSuccess) {
+            return static_cast<int>(err);
+        }
     } else {
         kp.tile_counter = nullptr;
     }
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, kp, sched, band);
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, o_by_tma ? 1 : 0, kp, sched, band);
     return launch_status();
 }
 
 template <class Tr, typename T, int kVarlen>
 int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
-    // attn_mask tile by tile: d = 128, not varlen. At d = 64 the three consumers' 160 registers spilled
-    // 68 bytes around the mask's loads: the Python layer runs d = 64 masks on `mma` (0 spills).
-    if constexpr (kVarlen == 0 && Tr::kHeadDim == 128) {
+    // attn_mask tile by tile, not varlen: d = 128, and d = 64 on the 128 x 128 tiles of HopperTraitsD64Short
+    // (two consumers at 240 registers; the three of HopperTraitsD64 at 160 spilled 68 bytes around the
+    // mask's loads).
+    if constexpr (kVarlen == 0 && Tr::kBlockM == 128 && Tr::kBlockN == 128 && Tr::kHeadDim <= 128) {
         if (p.mask_lists) {
             if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
             return launch<Tr, T, kBandMask>(p, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
@@ -554,8 +602,8 @@ int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
         return kUnsupported;
     }
     if (p.head_dim == 64)
-        return p.seqlen_q <= kHopperD64ShortMaxQ ? launch_causal<HopperTraitsD64Short, T, 0>(p, stream)
-                                                 : launch_causal<HopperTraitsD64, T, 0>(p, stream);
+        return p.seqlen_q <= kHopperD64ShortMaxQ || p.mask_lists ? launch_causal<HopperTraitsD64Short, T, 0>(p, stream)
+                                                                 : launch_causal<HopperTraitsD64, T, 0>(p, stream);
     if (p.head_dim == 128) return launch_causal<HopperTraitsD128, T, 0>(p, stream);
     return launch_causal<HopperTraitsD256, T, 0>(p, stream);
 }

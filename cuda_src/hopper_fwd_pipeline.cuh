@@ -34,10 +34,16 @@ constexpr int kDropoutFlag = 8;
 // (Consumer::next_tile). Measured against one block per tile (docs/notes-hopper.md v10): +1-8 % not
 // causal, +4-12 % causal at N = 4096-8192. Without a counter (a C caller's choice) the grid has a
 // block per tile, which the hardware hands to SMs as they free up.
+// Full rectangles (kBandNone, not varlen) are tiles of one length: there a static stride (block i takes
+// tiles i, i + grid, ...) deals them as the counter would, and the launch needs no memset of the counter
+// before the kernel (a second operation on the stream, and a gap between the two, in every call: a few
+// microseconds beside the 235 us of d = 128, N = 1024, B * N = 16384). Measured once (docs/notes-hopper.md
+// fwd21c): d = 128 N = 1024 +3 %, level at N = 4096 and at d = 64.
 struct TileScheduler {
     int n_mblocks;   // query blocks per head
     int heads_q;
     int n_tiles;
+    int stride;      // 1: persistent with the static stride (no counter)
 
     struct Tile { int m_block, h, b; };
 
@@ -47,8 +53,9 @@ struct TileScheduler {
         return {reverse_m ? n_mblocks - 1 - m_index : m_index, head % heads_q, head / heads_q};
     }
 
-    // The tile after this block's current one; n_tiles or more means none is left.
-    __device__ __forceinline__ int next(int *counter) const {
+    // The tile after this block's current one t; n_tiles or more means none is left.
+    __device__ __forceinline__ int next(int *counter, int t) const {
+        if (stride) return t + static_cast<int>(gridDim.x);
         return counter ? static_cast<int>(gridDim.x) + atomicAdd(counter, 1) : n_tiles;
     }
 #endif
@@ -74,6 +81,7 @@ struct SharedTiles {
     unsigned char *q;   // [kQBuffers][kPanels][kBlockM][64], 128B-swizzled
     unsigned char *k;   // [kStages][kPanels][kBlockN][64]
     unsigned char *v;   // [kStages][kPanels][kBlockN][64]
+    unsigned char *o;   // kStageO: [kConsumerWGs][kPanels][64][64], 128B-swizzled (Consumer::store_staged)
     Barriers<Tr> *bars;
     float2 *sink;       // [128 * kConsumerWGs]: Consumer::pin_softmax's stores, never read
 
@@ -82,7 +90,8 @@ struct SharedTiles {
         q = base;
         k = q + Tr::kQBuffers * Tr::kQBytes;
         v = k + Tr::kStages * Tr::kKVBytes;
-        bars = reinterpret_cast<Barriers<Tr> *>(v + Tr::kStages * Tr::kKVBytes);
+        o = v + Tr::kStages * Tr::kKVBytes;
+        bars = reinterpret_cast<Barriers<Tr> *>(o + Tr::kOBytes);
         sink = reinterpret_cast<float2 *>(reinterpret_cast<unsigned char *>(bars) + 256);
         static_assert(sizeof(Barriers<Tr>) <= 256, "kSmemBytes reserves 256 bytes for the barriers");
     }
@@ -172,7 +181,7 @@ __device__ __forceinline__ TileWork uniform(TileWork w) {
 template <class Tr, int kMode>
 __device__ __forceinline__ int skip_past_ends(const TileScheduler &sched, const sy_attn_params &p, int t) {
     if constexpr ((kMode & kVarlenFlag) != 0) {
-        for (; t < sched.n_tiles; t = sched.next(p.tile_counter)) {
+        for (; t < sched.n_tiles; t = sched.next(p.tile_counter, t)) {
             const TileScheduler::Tile tl = sched.tile(t, (kMode & 3) != kBandNone);
             if (tl.m_block * Tr::kBlockM < __ldg(p.cu_seqlens_q + tl.b + 1) - __ldg(p.cu_seqlens_q + tl.b)) break;
         }
@@ -254,7 +263,7 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
     produce_q<Tr, kMode>(sm, tm_q, sched, p, 0, t);
     for (int tile_iter = 0; t < sched.n_tiles; ++tile_iter) {
         const TileWork w = tile_work<Tr, kMode>(sched, t, p, band, kv_iter, tile_iter);
-        int next = kDrawEarly ? sched.next(p.tile_counter) : 0;
+        int next = kDrawEarly ? sched.next(p.tile_counter, t) : 0;
         // Where the tile's sequence starts in the tensor maps (varlen: its first packed row, batch 0;
         // otherwise row 0 of batch w.b); kBandMask: block j is entry j of the tile's list.
         const int k_row0 = kVarlen ? __ldg(p.cu_seqlens_k + w.b) : 0, batch = kVarlen ? 0 : w.b;
@@ -264,7 +273,7 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
             produce_kv<Tr>(sm, tm_k, tm_v, kv_iter, k_row0 + block * Tr::kBlockN, w.h / group, batch);
             if (kQAhead && j == 0) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         }
-        if constexpr (!kDrawEarly) next = skip_past_ends<Tr, kMode>(sched, p, sched.next(p.tile_counter));
+        if constexpr (!kDrawEarly) next = skip_past_ends<Tr, kMode>(sched, p, sched.next(p.tile_counter, t));
         if (!kQAhead) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         t = next;
     }

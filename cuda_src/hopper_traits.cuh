@@ -46,11 +46,26 @@ struct HopperTraits {
     static constexpr int kQPanelBytes = kBlockM * kRowBytes;
     static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or one V tile
     static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
+    // O leaves through shared memory and the copy engine (Consumer::store_staged): each warp stages its 16 rows
+    // there, 128B-swizzled as Q, and one lane issues the tensor stores, so a warpgroup writes O with
+    // kHeadDim / 16 stmatrix a thread instead of kHeadDim / 4 scattered 4-byte global stores and goes back to the
+    // tensor cores sooner: at d = 128 +4-8 % at N = 1024 and +1-4 % at N = 4096, causal or not, in two runs
+    // (docs/notes-hopper.md fwd21c); level at d = 64 on three consumers. Not on d = 64's 128-row tiles
+    // (HopperTraitsD64Short), where it measured -3.5 % causal at N = 1024 in both runs; nor where it does not
+    // fit beside one Q buffer and the ring (d = 256: 192 KiB already).
+#ifndef SY_HOPPER_STAGE_O
+#define SY_HOPPER_STAGE_O 1
+#endif
+    static constexpr int kOBytesPerWG = kRowsPerWG * kHeadDim * 2;
+    static constexpr bool kStageO = SY_HOPPER_STAGE_O && !(kHeadDim == 64 && kConsumerWGs == 2) &&
+                                    1024 + 2 * kStages * kKVBytes + kConsumerWGs * kOBytesPerWG + 256 +
+                                    8 * 128 * kConsumerWGs + kQBytes <= 227 * 1024;
+    static constexpr int kOBytes = kStageO ? kConsumerWGs * kOBytesPerWG : 0;
     // 1024 bytes of slack: the dynamic shared memory base is only 16-byte aligned, the swizzle atoms
     // must start on 1024-byte boundaries (wgmma descriptors carry no base offset); 256 for the
     // mbarriers; 8 bytes per consumer thread for the stores that pin the softmax before a wait
     // (attention_hopper.cu, Consumer::pin_softmax).
-    static constexpr int kSmemBytesButQ = 1024 + 2 * kStages * kKVBytes + 256 + 8 * 128 * kConsumerWGs;
+    static constexpr int kSmemBytesButQ = 1024 + 2 * kStages * kKVBytes + kOBytes + 256 + 8 * 128 * kConsumerWGs;
     // Tiles alternate between two Q buffers, so that the next tile's Q lands while the current one's S
     // GEMMs still read theirs, where shared memory has room (d = 64). Q in registers frees its buffer
     // at the start of a tile, so one is enough (d = 128); d = 256 has room for one only (there the

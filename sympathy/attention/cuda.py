@@ -90,8 +90,7 @@ def _on_hopper(t) -> bool:
 
 
 def _mask_tiles_on(kernel: str, d: int) -> bool:
-    """`kernel` takes attn_mask tile by tile at head dim d, forward and backward: mma at d 64/128; hopper at
-    d 128, and at d 64 with its backward after the mma forward (_launch says why)."""
+    """`kernel` takes attn_mask tile by tile at head dim d, forward and backward: mma and hopper at d 64/128."""
     return bool(tile_shape(kernel, d) or tile_shape(kernel, d, backward=True))
 
 
@@ -264,10 +263,6 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
         attn_mask = merge_mask(attn_mask, q.shape[2], k.shape[2], is_causal, causal_offset, window, q.device)
         is_causal, causal_offset, window = False, 0, NO_WINDOW
     q, scale, _ = _kernel_q_and_scale(q, scale)
-    if kernel == "hopper" and attn_mask is not None and not tile_shape("hopper", q.shape[-1]):
-        # A mask at d = 64 on the hopper path: the mma forward (the hopper forward's 160-register consumers
-        # spilled around the mask's loads), then the hopper backward (the autograd context keeps "hopper").
-        kernel = "mma"
     if kernel == "mma":
         if torch.cuda.get_device_capability(q.device) < (8, 0):
             raise NotSupportedError(f"kernel='mma' needs compute capability 8.0 or newer; this GPU is {arch}")
@@ -553,7 +548,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     whose last dim is contiguous. is_causal is top-left aligned (row i sees keys 0..i) as torch's;
     enable_gqa lets Hq be a multiple of Hkv. attn_mask (bool: True takes part, or additive float),
     broadcastable to (B, Hq, Nq, Nk) (broadcast dims and any strides read in place), runs tile by tile
-    on "mma" (d 64, 128) and "hopper" (d 64, 128; at d 64 its forward is mma's): mask_tiles.py lists each
+    on "mma" (d 64, 128) and "hopper" (d 64, 128): mask_tiles.py lists each
     query block's key tiles, empty ones are never loaded, full ones run unmasked, only mixed ones read the
     mask; other calls with a mask run on "naive". kernel="auto" picks "hopper" on an sm_90 GPU (d = 64, 128 or 256; with a mask d =
     64 or 128) and "mma" elsewhere for fp16/bf16 at d = 64 or 128, "tiled" for other supported head dims,

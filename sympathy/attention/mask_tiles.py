@@ -18,8 +18,8 @@ unbroadcast elements: the kernels read float32 and bool). Classification is torc
 
 The lists of a mask are cached (a few entries, keyed by the tensor's storage, version, shape, strides):
 the layers of a transformers model pass the same padding mask, and its pre-pass then runs once per
-forward. Kernels (cuda.py picks): forward `mma` d 64/128 (64 x 64 tiles), `hopper` d 128 (128 x 128 tiles;
-its d = 64 consumers spilled around the mask's loads, so d = 64 masks run on `mma`); the backward on the
+forward. Kernels (cuda.py picks): forward `mma` d 64/128 (64 x 64 tiles), `hopper` d 64/128 (128 x 128 tiles;
+at d = 64 those of HopperTraitsD64Short, whose consumers hold the mask's loads without spilling); the backward on the
 `hopper` backward on sm_90 (key-major lists of its tiles: 64 queries per 128 keys at d = 128, 128 x 128
 at d = 64; dQ through shared memory) and on the mma backward elsewhere (64 x 128, atomic dQ).
 """
@@ -30,12 +30,12 @@ from dataclasses import dataclass
 
 GRAIN = 64
 EMPTY, FULL, PARTIAL, ABSENT = 0, 1, 2, 3
-# (kernel, head dim) -> (query rows, keys) per tile: attention_mma.cu's MmaTraitsD*Mask, attention_hopper.cu's
-# HopperTraitsD128, and the backwards' tiles, whose lists are key-major: the mma backward's dkdv tile
+# (kernel, head dim) -> (query rows, keys) per tile: attention_mma.cu's MmaTraitsD*Mask, hopper_traits.cuh's
+# HopperTraitsD128 and HopperTraitsD64Short, and the backwards' tiles, whose lists are key-major: the mma backward's dkdv tile
 # (kernel_traits.cuh MmaBwdDkdvTraitsD*: 128 keys per block, query tiles of 64) and the hopper backward's
 # (hopper_bwd_pipeline.cuh HopperBwdTraits: 128 keys, query tiles of 64 at d = 128 and 128 at d = 64). The
 # launchers refuse lists built for another shape.
-FWD_TILES = {("mma", 64): (64, 64), ("mma", 128): (64, 64), ("hopper", 128): (128, 128)}
+FWD_TILES = {("mma", 64): (64, 64), ("mma", 128): (64, 64), ("hopper", 64): (128, 128), ("hopper", 128): (128, 128)}
 BWD_TILES = {("mma", 64): (64, 128), ("mma", 128): (64, 128), ("hopper", 64): (128, 128), ("hopper", 128): (64, 128)}
 MASK_KINDS = {"float32": 0, "bool": 1}   # attention_mask.cuh MaskKind
 # A float mask reaches the kernels as mask / scale (they scale raw scores later): below this |scale| the
