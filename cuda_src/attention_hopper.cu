@@ -241,7 +241,8 @@ struct Consumer {
     uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
     __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDropout)
-            keep_rows_all(keep, make_dropout(p, w.b, w.h), row0 + thread_row, block * Tr::kBlockN, threadIdx.x % 32);
+            keep_rows_all<Tr::kPVSteps / 2, kDrawEarly, kDrawEarly>(keep, make_dropout(p, w.b, w.h), row0 + thread_row,
+                                                                    block * Tr::kBlockN, threadIdx.x % 32);
     }
     __device__ __forceinline__ void draw_early(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDrawEarly) draw(w, block, p);
