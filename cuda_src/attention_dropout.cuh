@@ -40,7 +40,8 @@ namespace sy_attn {
 // low multiply issue two).
 // kAsm: PTX mul.wide.u32 and a mov.b64 split. Written as a 64-bit C product and shifted, ptxas adds a
 // VIADD of a zero uniform register per product (two more instructions a round); the C form is kept for the
-// d = 64 hopper forward, whose register allocation it suits (ptxas -v: 0 bytes spilled there, 28 with kAsm).
+// d = 64 hopper forward without a band, whose register allocation it suits (ptxas -v: 0 bytes spilled
+// there, 28 with kAsm).
 template <bool kAsm>
 __host__ __device__ __forceinline__ uint2 mul_wide(uint32_t a, uint32_t b) {   // (low, high) words of a * b
 #ifdef __CUDA_ARCH__
