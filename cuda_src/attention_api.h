@@ -66,7 +66,7 @@ typedef struct sy_attn_params {
     int64_t mask_list_strides[3];
     int mask_block_q, mask_block_k;
     /* Dropout (hopper and mma, not varlen, no window; cuda_src/attention_dropout.cuh): dropout_p in [0, 1),
-       0 for none. Score (b, h, i, j) is kept by Philox4x32-10 keyed by dropout_seed at counter
+       0 for none. Score (b, h, i, j) is kept by Philox4x32-7 keyed by dropout_seed at counter
        offset / 4 + b * Hq + h (dropout_offset: torch's CUDA generator offset, a multiple of 4; a launch
        takes 4 * B * Hq of it); kept probabilities are scaled by 1 / (1 - p). The backward takes the same
        three values and regenerates the mask. */

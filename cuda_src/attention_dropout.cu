@@ -32,12 +32,12 @@ dropout_mask_kernel(unsigned char *mask, int heads, int seqlen_q, int seqlen_k, 
         const int i0 = (rg / 4) * 16 + (rg % 4) * 2, j0 = (cg / 4) * 16 + (cg % 4) * 2;
         const uint4 w = dropout_group(d, rg, cg);
         const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        // Score (i, j): byte (i % 16 / 8) * 2 + j % 2 of word (i % 2) * 2 + j % 16 / 8.
+        // Score (i, j): byte (i % 16 / 8) * 2 + j % 2 of word ((i % 2) ^ (j / 16 % 2)) * 2 + j % 16 / 8.
 #pragma unroll
         for (int word = 0; word < 4; ++word)
 #pragma unroll
             for (int byte = 0; byte < 4; ++byte) {
-                const int i = i0 + word / 2 + (byte / 2) * 8, j = j0 + byte % 2 + (word % 2) * 8;
+                const int i = i0 + ((word / 2) ^ (cg / 4 % 2)) + (byte / 2) * 8, j = j0 + byte % 2 + (word % 2) * 8;
                 if (i < seqlen_q && j < seqlen_k)
                     head[int64_t(i) * seqlen_k + j] = ((words[word] >> (8 * byte)) & 0xFFu) < (d.threshold4 & 0xFFu);
             }

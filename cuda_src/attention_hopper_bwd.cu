@@ -204,8 +204,8 @@ struct BwdConsumer {
     // values went to local memory (8-64 bytes).
     __device__ __forceinline__ void draw_keep(const sy_attn_bwd_params &p, int n0, int m0) {
         uint4 keep[kKeySpans];
-        keep_cols_all(keep, make_dropout(p, blockIdx.z, blockIdx.y), n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4,
-                      m0, lane);
+        keep_cols_all<kKeySpans, true>(keep, make_dropout<true>(p, blockIdx.z, blockIdx.y),
+                                       n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane);
         pack_keep(keep_bits, keep);
     }
 

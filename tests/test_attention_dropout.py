@@ -1,6 +1,7 @@
 """Dropout in the fused kernels (sympathy/attention/dropout.py, cuda_src/attention_dropout.cuh).
 
-CPU (in CI): Philox4x32-10 in NumPy against Random123's known answers, the keep-mask's documented
+CPU (in CI): Philox4x32 (7 rounds in the kernels, 10 for the reference's own check) in NumPy against
+Random123's known answers, the keep-mask's documented
 layout, the argument checks and the routing. GPU (marked `gpu`): the kernels' mask is that layout bit
 for bit; forward and gradients against float64 with the SAME mask (the test-only mask path); same
 seed/offset -> same bits, another offset -> another mask; the keep rate within a binomial bound; torch's
@@ -19,45 +20,52 @@ from sympathy.attention import cuda, dropout  # noqa: E402
 from sympathy.attention.torch_api import decide  # noqa: E402
 
 
-# ---- Philox4x32-10 and the mask layout in NumPy --------------------------------------------------------
-def philox4x32_10(counter, key):
+# ---- Philox4x32 and the mask layout in NumPy ------------------------------------------------------------
+PHILOX_ROUNDS = 7   # attention_dropout.cuh's kPhiloxRounds (FlashAttention-2's count)
+
+
+def philox4x32(counter, key, rounds=PHILOX_ROUNDS):
     """counter: 4 uint32 arrays (broadcast), key: 2 ints -> 4 uint32 arrays (Salmon et al., Random123)."""
     c = [np.asarray(x, dtype=np.uint64) for x in counter]
     k0, k1 = np.uint64(key[0]), np.uint64(key[1])
     mask32 = np.uint64(0xFFFFFFFF)
-    for _ in range(10):
+    for _ in range(rounds):
         p0, p1 = np.uint64(0xD2511F53) * c[0], np.uint64(0xCD9E8D57) * c[2]
         c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & mask32, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & mask32]
         k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask32, (k1 + np.uint64(0xBB67AE85)) & mask32
     return [x.astype(np.uint32) for x in c]
 
 
-@pytest.mark.parametrize("counter, key, expected", [   # Random123's kat_vectors
-    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+@pytest.mark.parametrize("rounds, counter, key, expected", [   # Random123's kat_vectors
+    (7, (0, 0, 0, 0), (0, 0), (0x5F6FB709, 0x0D893F64, 0x4F121F81, 0x4F730A48)),
+    (7, (0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x5207DDC2, 0x45165E59, 0x4D8EE751, 0x8C52F662)),
+    (7, (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0x4DFCCABA, 0x190A87F0, 0xC47362BA, 0xB6B5242A)),
+    (10, (0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    (10, (0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    (10, (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
      (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
 ])
-def test_philox_reference_matches_random123_known_answers(counter, key, expected):
-    assert tuple(int(x) for x in philox4x32_10(counter, key)) == expected
+def test_philox_reference_matches_random123_known_answers(rounds, counter, key, expected):
+    assert tuple(int(x) for x in philox4x32(counter, key, rounds)) == expected
 
 
 def keep_mask_numpy(batch, heads, n_q, n_k, dropout_p, seed, offset):
     """The keep-mask by attention_dropout.cuh's definition: score (b, h, i, j) is byte
-    (i % 16 / 8) * 2 + j % 2 of word (i % 2) * 2 + j % 16 / 8 of Philox(counter = (offset / 4 + b Hq + h,
+    (i % 16 / 8) * 2 + j % 2 of word ((i % 2) ^ (j / 16 % 2)) * 2 + j % 16 / 8 of Philox4x32-7(counter = (offset / 4 + b Hq + h,
     row group, column group), key = seed), kept iff below 256 - round(256 p)."""
     i = np.arange(n_q)[:, None]
     j = np.arange(n_k)[None, :]
     row_group = (i // 16) * 4 + (i % 8) // 2
     col_group = (j // 16) * 4 + (j % 8) // 2
-    word = (i % 2) * 2 + (j % 16) // 8
+    word = ((i % 2) ^ ((j // 16) % 2)) * 2 + (j % 16) // 8
     byte = ((i % 16) // 8) * 2 + j % 2
     threshold = round(256 * (1 - dropout.effective_dropout_p(dropout_p)))
     out = np.zeros((batch, heads, n_q, n_k), dtype=bool)
     for b in range(batch):
         for h in range(heads):
             ctr = offset // 4 + b * heads + h
-            words = philox4x32_10((ctr & 0xFFFFFFFF, ctr >> 32, row_group, col_group), (seed & 0xFFFFFFFF, seed >> 32))
+            words = philox4x32((ctr & 0xFFFFFFFF, ctr >> 32, row_group, col_group), (seed & 0xFFFFFFFF, seed >> 32))
             chosen = np.choose(word, [np.broadcast_to(w, word.shape) for w in words])
             out[b, h] = ((chosen >> (8 * byte).astype(np.uint32)) & 0xFF) < threshold
     return out

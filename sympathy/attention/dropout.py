@@ -4,7 +4,7 @@
 
 O = dropout(softmax(S)) V with torch's meaning: each probability is kept or zeroed, kept ones scaled by
 1 / (1 - p); the log-sum-exp is the undropped softmax's. The keep-mask is never stored: every score's
-bit is a pure function of (seed, offset, b, h, i, j) (Philox4x32-10, cuda_src/attention_dropout.cuh),
+bit is a pure function of (seed, offset, b, h, i, j) (Philox4x32-7, cuda_src/attention_dropout.cuh),
 so the backward regenerates it. seed and offset come from torch's CUDA generator the way torch's own
 fused kernels take them (at::cuda::philox: the generator's seed, and its offset advanced by what the
 call uses, 4 * B * Hq), so consecutive calls draw different masks and torch.manual_seed replays a run.
