@@ -227,8 +227,8 @@ def timing(sizes, log, ours, variants=None, fa4=None):
 
 
 def profile(log, variants, n=4096, causal=False):
-    """Per-kernel GPU time of one forward+backward (bf16) for `hopper` and each variant: where the
-    backward's time goes (preprocess, memset, the kernel, the dQ conversion)."""
+    """Per-kernel GPU time of one forward+backward (bf16) for cuDNN (torch SDPA), `hopper` and each variant:
+    where the backward's time goes (preprocess, memset, the kernel, the dQ conversion), beside the anchor's."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
     arch = cuda.device_arch()
