@@ -67,7 +67,12 @@ struct HopperBwdTraits {
     static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128");
     static_assert(kStages >= 2, "one query tile must load while another is computed on");
     static_assert(kSmemBytes <= 227 * 1024, "sm_90 gives a block at most 227 KiB of shared memory");
-    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536, "register file");
+    // setmaxnreg only moves registers inside the block's launch allocation: __launch_bounds__(kThreads, 1)
+    // gives each thread 65536 / kThreads rounded down to 8 (168 at 384 threads), not the whole register
+    // file. Asking for more (producer 32 + consumers 2 x 240 = 65536 > 64512) left the consumers waiting in
+    // setmaxnreg.inc for good: a hung kernel on the H100 (docs/notes-attention-bwd.md, session bwd21p).
+    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536 / kThreads / 8 * 8 * kThreads,
+                  "register file: the launch allocation");
     static_assert(SY_ATTN_BWD_ROW_ALIGN % kBlockM == 0, "the padded LSE and D rows cover whole query tiles");
     static_assert(kBlockM * kHeadDim == kConsumerWGs * kDqShareFloats, "a dQ share is 64 x 64");
 };

@@ -227,8 +227,8 @@ def timing(sizes, log, ours, variants=None, fa4=None):
 
 
 def profile(log, variants, n=4096, causal=False):
-    """Per-kernel GPU time of one forward+backward (bf16) for `hopper` and each variant: where the
-    backward's time goes (preprocess, memset, the kernel, the dQ conversion)."""
+    """Per-kernel GPU time of one forward+backward (bf16) for cuDNN (torch SDPA), `hopper` and each variant:
+    where the backward's time goes (preprocess, memset, the kernel, the dQ conversion), beside the anchor's."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
     arch = cuda.device_arch()
@@ -238,17 +238,21 @@ def profile(log, variants, n=4096, causal=False):
         B, H = 16384 // n, 2048 // d
         leaves = [torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16).requires_grad_() for _ in range(3)]
         dout = torch.randn_like(leaves[0])
-        for name in ("hopper",) + tuple(variants):
+        for name in ("cudnn", "hopper") + tuple(variants):
             cuda._libs[arch] = variants.get(name, main_lib)
+
+            def attend():
+                if name == "cudnn":   # the anchor's kernels beside ours
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        return F.scaled_dot_product_attention(*leaves, is_causal=causal)
+                return cuda.scaled_dot_product_attention(*leaves, kernel="hopper", is_causal=causal)
             try:
                 for _ in range(2):
-                    torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, kernel="hopper", is_causal=causal),
-                                        leaves, dout)
+                    torch.autograd.grad(attend(), leaves, dout)
                 torch.cuda.synchronize()
                 with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(3):
-                        torch.autograd.grad(cuda.scaled_dot_product_attention(*leaves, kernel="hopper", is_causal=causal),
-                                            leaves, dout)
+                        torch.autograd.grad(attend(), leaves, dout)
                     torch.cuda.synchronize()
             finally:
                 cuda._libs[arch] = main_lib
