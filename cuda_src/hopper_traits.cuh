@@ -64,7 +64,7 @@ struct HopperTraits {
     // 1024 bytes of slack: the dynamic shared memory base is only 16-byte aligned, the swizzle atoms
     // must start on 1024-byte boundaries (wgmma descriptors carry no base offset); 256 for the
     // mbarriers; 8 bytes per consumer thread for the stores that pin the softmax before a wait
-    // (attention_hopper.cu, Consumer::pin_softmax).
+    // (hopper_fwd_consumer.cuh, Consumer::pin_softmax).
     static constexpr int kSmemBytesButQ = 1024 + 2 * kStages * kKVBytes + kOBytes + 256 + 8 * 128 * kConsumerWGs;
     // Tiles alternate between two Q buffers, so that the next tile's Q lands while the current one's S
     // GEMMs still read theirs, where shared memory has room (d = 64). Q in registers frees its buffer
