@@ -292,7 +292,7 @@ struct BwdConsumer {
             fence_regs(dp);
             compute_ds(stage, 1.f / (1.f - p.dropout_p));
             fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
-            drop_packed(rP, keep_bits);
+            drop_packed<std::is_same<T, __half>::value>(rP, keep_bits);   // the form ptxas keeps in registers
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
@@ -430,6 +430,13 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // belong to the next sequence).
         const bool ragged = (kMode & kVarlenFlag) != 0 && n0 + Tr::kBlockN > seq.len_k;
         if constexpr ((kMode & kDropoutFlag) != 0) consumer.draw_keep(p, n0, queries.begin * Tr::kBlockM);
+        // Dropout, causal: the count of masked tiles (at most 3: the key block's 128 keys cross the diagonal
+        // in 3 query tiles of 64) rides in bits 26.. of the tile counter i, whose low bits alone pick the
+        // stage and phase (kStages a power of 2): unmasked_begin held on its own across the loop was the
+        // one value in local memory (8 bytes at the consumers' 240 registers).
+        constexpr bool kCountMasked = (kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandCausal;
+        static_assert(!kCountMasked || (Tr::kStages & (Tr::kStages - 1)) == 0, "the stage from i's low bits");
+        if constexpr (kCountMasked) i = (min(queries.unmasked_begin, queries.end) - queries.begin) << 26;
         for (int m = queries.begin; m < queries.end; ++m, ++i) {
             constexpr int kBand = kMode & 3;
             if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
@@ -443,7 +450,8 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 continue;
             }
             // Without a band nothing is masked (ragged keys and queries: see query_tiles).
-            const bool masked = ragged || (kBand == kBandCausal ? m < queries.unmasked_begin
+            const bool masked = ragged || (kCountMasked ? (i & ((1 << 26) - 1)) < (i >> 26)
+                                          : kBand == kBandCausal ? m < queries.unmasked_begin
                                           : kBand == kBandLocal && (m < queries.unmasked_begin || m >= queries.unmasked_end));
             if (masked)
                 consumer.template tile<true>(i, m * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band, seq.len_k, p);

@@ -42,15 +42,23 @@ __device__ __forceinline__ bool keep_bit(const uint32_t (&bits)[kRegs], int nt, 
 
 // A fragments of P^T (k16 step kk: n8 tiles 2 kk + reg / 2, fp32 registers 2 (reg % 2) + {0, 1} as the
 // 16-bit halves) to P^T o Z, two scores a register, off pack_keep's bits (keep_bit).
-template <int kSteps, int kRegs>
+// kPerHalf: each dropped half cleared by its own conditional AND instead of one AND with a two-bit mask
+// (the same result). Which form ptxas schedules without local memory depends on the rest of the kernel:
+// the fp16 hopper backward spilled 16 bytes with the mask form, the bf16 one 4 bytes with kPerHalf.
+template <bool kPerHalf = false, int kSteps, int kRegs>
 __device__ __forceinline__ void drop_packed(uint32_t (&a)[kSteps][4], const uint32_t (&bits)[kRegs]) {
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
 #pragma unroll
         for (int reg = 0; reg < 4; ++reg) {
             const int nt = 2 * kk + reg / 2;
-            a[kk][reg] &= (keep_bit(bits, nt, 2 * (reg % 2)) ? 0x0000FFFFu : 0u) |
-                          (keep_bit(bits, nt, 2 * (reg % 2) + 1) ? 0xFFFF0000u : 0u);
+            if constexpr (kPerHalf) {
+                if (!keep_bit(bits, nt, 2 * (reg % 2))) a[kk][reg] &= 0xFFFF0000u;
+                if (!keep_bit(bits, nt, 2 * (reg % 2) + 1)) a[kk][reg] &= 0x0000FFFFu;
+            } else {
+                a[kk][reg] &= (keep_bit(bits, nt, 2 * (reg % 2)) ? 0x0000FFFFu : 0u) |
+                              (keep_bit(bits, nt, 2 * (reg % 2) + 1) ? 0xFFFF0000u : 0u);
+            }
         }
 }
 

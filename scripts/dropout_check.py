@@ -4,7 +4,7 @@
     python3 scripts/dropout_check.py --sizes 4096 --dims 64 128 --skip-sdpa --rounds 2 \\
         --lib base=/path/a.so --lib ring=/path/b.so [--train-libs base ring]
 
-bf16, H * d = 2048 (H = 16 at d = 128, 32 at d = 64), B = 65536 / N (4 at 4096, 1 at 16k), not causal and
+bf16 (--dtype fp16: fp16), H * d = 2048 (H = 16 at d = 128, 32 at d = 64), B = 65536 / N (4 at 4096, 1 at 16k), not causal and
 causal. Rows: our kernel (kernel="auto": hopper on sm_90; mma with --kernels mma) without dropout and with
 dropout_p = 0.1, then torch's SDPA with dropout_p = 0.1 on the flash, efficient and cuDNN backends (a
 backend that refuses the call prints n/a; --skip-sdpa leaves them out). Every call goes through the public
@@ -73,9 +73,9 @@ def use_library(path):
         _swapped.clear()
 
 
-def table(sizes, kernel, dims, libs, train_libs, train_dims, rounds, skip_sdpa, fwd_only, tokens=65536):
+def table(sizes, kernel, dims, libs, train_libs, train_dims, rounds, skip_sdpa, fwd_only, tokens=65536, dtype="bf16"):
     rows = []
-    print(f"\n## dropout 0.1 vs none, bf16, H * d = 2048, B = {tokens} / N; kernel={kernel!r}; builds "
+    print(f"\n## dropout 0.1 vs none, {dtype}, H * d = 2048, B = {tokens} / N; kernel={kernel!r}; builds "
           f"{[name for name, _ in libs]}, median of {rounds} round(s)")
     print("| N | d | causal | pass | variant | ms | TFLOP/s | vs same build p=0 | vs first build p=0 |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -84,7 +84,8 @@ def table(sizes, kernel, dims, libs, train_libs, train_dims, rounds, skip_sdpa, 
         for d in dims:
             heads = 2048 // d
             g = torch.Generator(device="cuda").manual_seed(n + d)
-            q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=torch.bfloat16)
+            q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda",
+                                   dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
                        for _ in range(3))
             for causal in (False, True):
                 pairs = n * (n + 1) // 2 if causal else n * n
@@ -131,15 +132,17 @@ def main():
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--skip-sdpa", action="store_true")
     parser.add_argument("--fwd-only", action="store_true")
+    parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     libs = [tuple(spec.split("=", 1)) for spec in args.lib] or [("ours", None)]
     train_libs = set(args.train_libs or [name for name, _ in libs])
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
     rows = {kernel: table(args.sizes, kernel, args.dims, libs, train_libs, args.train_dims, args.rounds, args.skip_sdpa,
-                    args.fwd_only)
+                    args.fwd_only, dtype=args.dtype)
             for kernel in args.kernels}
-    with open(os.path.join(args.out, "dropout_check.json"), "w") as f:
+    name = "dropout_check.json" if args.dtype == "bf16" else f"dropout_check_{args.dtype}.json"
+    with open(os.path.join(args.out, name), "w") as f:
         json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, libs=libs, rows=rows), f, indent=1)
 
 

@@ -105,14 +105,16 @@ int main() {
         for (g_pass = 0; g_pass < 2; ++g_pass)
             for (g_lane = 0; g_lane < 32; ++g_lane) { g_call = 0; keep_cols_all<2, true>(k[g_lane], d, key0 + g_lane / 4, q0, g_lane); }
         for (g_lane = 0; g_lane < 32; ++g_lane) {
-            uint32_t bits[1], a[4][4], b[4][4];
+            uint32_t bits[1], a[4][4], b[4][4], c[4][4];
             float x[8][4];
             pack_keep<2>(bits, k[g_lane]);
             for (auto &s : a) for (auto &r : s) r = 0xFFFFFFFFu;
             for (auto &s : b) for (auto &r : s) r = 0xFFFFFFFFu;
+            for (auto &s : c) for (auto &r : s) r = 0xFFFFFFFFu;
             for (auto &s : x) for (auto &r : s) r = 1.f;
             dropout_cols_packed<4>(a, k[g_lane]);
             drop_packed(b, bits);
+            drop_packed<true>(c, bits);   // the per-half form (the fp16 hopper backward)
             dropout_cols_scale<8>(x, k[g_lane], 2.f);
             for (int nt = 0; nt < 8; ++nt) for (int r = 0; r < 4; ++r) {
                 const int j = key0 + g_lane / 4 + 8 * (r / 2), i = q0 + 8 * nt + 2 * (g_lane % 4) + r % 2;
@@ -124,8 +126,9 @@ int main() {
                 const int nt = 2 * kk + reg / 2, j = key0 + g_lane / 4 + 8 * (reg % 2), i = q0 + 8 * nt + 2 * (g_lane % 4) + h;
                 const bool want = ref_keep(d, i, j);
                 const uint32_t ha = (a[kk][reg] >> (16 * h)) & 0xFFFF, hb = (b[kk][reg] >> (16 * h)) & 0xFFFF;
-                bad += ((ha != 0) != want) + ((hb != 0) != want) + (ha != 0 && ha != 0xFFFF);
-                checked += 2;
+                const uint32_t hc = (c[kk][reg] >> (16 * h)) & 0xFFFF;
+                bad += ((ha != 0) != want) + ((hb != 0) != want) + (ha != 0 && ha != 0xFFFF) + (hc != hb);
+                checked += 3;
             }
         }
     }
