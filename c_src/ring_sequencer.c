@@ -401,33 +401,6 @@ int sy_ring_write(sy_ring_producer *p, const void *items, int64_t n, int64_t tim
     return SY_OK;
 }
 
-/* What sy_ring_write does for a batch it can take at once, with no wait at all: the Python layer
- * calls it with the GIL kept (a C call that released and re-took it cost a GIL handoff to every
- * other Python thread, per batch), and only a wait needs the GIL released. A single producer's claim
- * is its own arithmetic; the gating sequences are read once when the cached minimum runs out. */
-int sy_ring_write_now(sy_ring_producer *p, const void *items, int64_t n) {
-    sy_ring *r = p->ring;
-    if (r->producer_kind != SY_RING_SINGLE_PRODUCER || n < 1 || n > ring_capacity(r) ||
-        n > SY_RING_NOW_BYTES / r->slot_size)
-        return SY_RING_NOT_NOW;
-    if (atomic_load_explicit(&r->header->registry.closed, memory_order_relaxed)) return SY_ECLOSED;  /* as claim */
-    if (r->refuse_concurrent_claims && !enter_single_claim(p)) return SY_RING_EBUSY;
-    int64_t next = p->next_claim + n;
-    int64_t wrap_point = next - ring_capacity(r);
-    if (wrap_point > p->gating_cache) {
-        int64_t gating = minimum_gating(r, p->next_claim);  /* acquire loads: see claim_single's wait */
-        if (wrap_point > gating) {
-            atomic_store_explicit(&p->busy, 0, memory_order_release);  /* no claim made */
-            return SY_RING_NOT_NOW;
-        }
-        p->gating_cache = gating;
-    }
-    p->next_claim = next;
-    copy_in_and_publish(r, next - n + 1, items, n);
-    finish_publish(p, next);
-    return SY_OK;
-}
-
 /* sy_ring_claim's first try for a single producer, which never waits (SY_RING_NOT_NOW when the
  * ring is full now, or for a multi-producer ring): the Python `claim` calls it with the GIL kept,
  * as sy_ring_write_now, and the waiting claim only when it answers "not now". The claim stays
@@ -449,6 +422,21 @@ int sy_ring_claim_now(sy_ring_producer *p, int64_t n, int64_t *hi) {
     }
     p->next_claim = next;
     *hi = next;
+    return SY_OK;
+}
+
+/* What sy_ring_write does for a batch it can take at once, with no wait at all: the Python layer
+ * calls it with the GIL kept (a C call that released and re-took it cost a GIL handoff to every
+ * other Python thread, per batch), and only a wait needs the GIL released. sy_ring_claim_now's claim
+ * (a single producer's own arithmetic; the gating sequences read once when the cached minimum runs
+ * out), then the copy and the publish. */
+int sy_ring_write_now(sy_ring_producer *p, const void *items, int64_t n) {
+    if (n > SY_RING_NOW_BYTES / p->ring->slot_size) return SY_RING_NOT_NOW;
+    int64_t hi;
+    int status = sy_ring_claim_now(p, n, &hi);
+    if (status != SY_OK) return status;
+    copy_in_and_publish(p->ring, hi - n + 1, items, n);
+    finish_publish(p, hi);
     return SY_OK;
 }
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 import sympathy as sy  # noqa: E402
 from sympathy.attention import cuda  # noqa: E402
 from test_attention_gpu_backward import (  # noqa: E402
-    assert_grads_close, gpu_inputs, our_grads, our_output, reference_grads, relative_error)
+    assert_deterministic_is_bit_identical, assert_grads_close, gpu_inputs, our_grads, our_output, reference_grads)
 
 
 # ---- routing (no GPU) ----------------------------------------------------------------------------------
@@ -86,14 +86,7 @@ def test_d256_causal_offset_matches_float64():
 @pytest.mark.gpu
 @needs_hopper
 def test_d256_deterministic_is_bit_identical_and_agrees_with_atomic():
-    q, k, v, dout = gpu_inputs(2, 2, 2, 777, 901, 256, torch.bfloat16, seed=21)
-    first = our_grads(q, k, v, dout, is_causal=True, deterministic=True)
-    second = our_grads(q, k, v, dout, is_causal=True, deterministic=True)
-    for a, b in zip(first, second):
-        assert torch.equal(a, b)
-    atomic = our_grads(q, k, v, dout, is_causal=True, deterministic=False)
-    for a, b in zip(first, atomic):   # same math, dQ summed in another order
-        assert relative_error(b, a.double()) <= 1e-2
+    assert_deterministic_is_bit_identical(*gpu_inputs(2, 2, 2, 777, 901, 256, torch.bfloat16, seed=21))
 
 
 @pytest.mark.gpu
