@@ -175,9 +175,18 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
                                : launch<Tr, T, kBandNone | kVarlen>(p, band, stream);
 }
 
-// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated).
+// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated), and
+// attn_mask tile by tile on the mask's tiles (d = 128, and d = 64 on HopperTraitsD64Short's two consumers at
+// 240 registers, as without dropout; Tr is then that traits).
 template <class Tr, typename T>
 int launch_dropout(const sy_attn_params &p, cudaStream_t stream) {
+    if constexpr (Tr::kBlockM == 128 && Tr::kBlockN == 128) {
+        if (p.mask_lists) {
+            if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
+            return launch<Tr, T, kBandMask | kDropoutFlag>(p, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
+        }
+    }
+    if (p.mask_lists) return kUnsupported;
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
@@ -191,7 +200,8 @@ template <typename T>
 int launch_dtype(const sy_attn_params &p, cudaStream_t stream) {
     if (p.dropout_p > 0.f) {
         if (p.cu_seqlens_q || (p.head_dim != 64 && p.head_dim != 128)) return kUnsupported;
-        return p.head_dim == 64 ? launch_dropout<HopperTraitsD64, T>(p, stream) : launch_dropout<HopperTraitsD128, T>(p, stream);
+        if (p.head_dim == 128) return launch_dropout<HopperTraitsD128, T>(p, stream);
+        return p.mask_lists ? launch_dropout<HopperTraitsD64Short, T>(p, stream) : launch_dropout<HopperTraitsD64, T>(p, stream);
     }
     if (p.cu_seqlens_q) {
         if (p.head_dim == 64) return launch_causal<HopperTraitsD64, T, kVarlenFlag>(p, stream);
@@ -216,7 +226,6 @@ extern "C" int sy_attn_hopper_fwd(const sy_attn_params *params, void *stream) {
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || (p.mask != nullptr && !p.mask_lists)) return kUnsupported;
     if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
-    if (p.mask_lists && p.dropout_p != 0.f) return kUnsupported;   // a mask or dropout: no kernel has both
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     // Misaligned views: the Python layer copies them first; a direct C caller gets SY_EUNSUPPORTED.

@@ -226,6 +226,14 @@ struct Consumer {
     // drop: P's dropped scores to 0 in rP, after the softmax summed them (l_i and the LSE are those of the
     // undropped P, as torch's).
     static constexpr bool kDrawEarly = Tr::kConsumerWGs == 2;
+    // The absolute key block of entry j of tile x, the keep bits' column: kBandMask's blocks are its list's
+    // entries (in the list's order, a full block first), the band's count on from first_block. Read only
+    // with dropout (other modes never load the entry here).
+    static __device__ __forceinline__ int key_block(const TileWork &x, int j, const sy_attn_params &p) {
+        if constexpr (!kDropout) return 0;
+        else if constexpr (kBand == kBandMask) return MaskWalk::block(__ldg(p.mask_lists + x.list + 1 + j));
+        else return x.first_block + j;
+    }
     // Philox's products as PTX mul.wide (attention_dropout.cuh's mul_wide) except at d = 64 without a band,
     // where the C form is what ptxas allocates without spilling (28 bytes with PTX; measured H100 call 1 of
     // session dropfwd20b: d = 64 causal 3.47 against 3.85 ms with PTX, not causal 6.42 against 6.51 with C).
@@ -243,6 +251,25 @@ struct Consumer {
     __device__ __forceinline__ void drop(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDrawNow) draw(w, block, p);
         if constexpr (kDropout) dropout_rows_apply(rP, keep);
+    }
+
+    // Dropout on S's fp32 probabilities (dropped to 0 before P is packed, a select per score), span by span
+    // (one Philox call per 32 keys, its words consumed at once): a partial attn_mask tile. Its keep words
+    // drawn whole and applied to rP, as other tiles do, spilled 16 bytes at d = 128 (ptxas -v, sm_90a),
+    // wherever the draw sat; here the registers of one span's words are all it adds over the mask.
+    // kPin: the launch's dropout terms are remade per call, not held across the tile loop.
+    __device__ __forceinline__ void drop_s(const TileWork &w, int block, const sy_attn_params &p) {
+        const Dropout d = make_dropout<true>(p, w.b, w.h);
+#pragma unroll
+        for (int s = 0; s < kNTilesS / 4; ++s) {
+            const uint4 k = keep_rows(d, row0 + thread_row, block * Tr::kBlockN + 32 * s, threadIdx.x % 32);
+            const uint32_t words[4] = {k.x, k.y, k.z, k.w};
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                    if (!((words[t] >> (8 * r + 7)) & 1u)) rS[0][4 * s + t][r] = 0.f;
+        }
     }
 
     // The tile's first S, once complete: the block with no P V of this tile before it.
@@ -277,9 +304,9 @@ struct Consumer {
         pass_turn();
         wgmma_wait<0>();
         fold_first(x, p, band);
-        draw_early(x, x.first_block, p);   // dropout (the block's first tile: no P V in flight to draw under)
+        draw_early(x, key_block(x, 0, p), p);   // dropout (the block's first tile: no P V in flight to draw under)
         convert_p();
-        drop(x, x.first_block, p);
+        drop(x, key_block(x, 0, p), p);
     }
 
     // One key block j >= 1 of tile c: S_j and P_{j-1} V_{j-1} are issued back to back; S_j's
@@ -295,15 +322,19 @@ struct Consumer {
         wgmma_wait<1>();   // S_j is done (P V may still run)
         fence_regs(flat_s());
         release(&sm.bars->k_empty[stage_of(c.kv0 + j)]);
-        if constexpr (kMask && kBand == kBandMask) wgmma_wait<0>();   // rP free for the mask's loads (no spill)
+        // A partial tile of attn_mask: P V has completed before its loads; with dropout its scores are dropped
+        // in fp32 (drop_s), not in rP as elsewhere.
+        constexpr bool kMaskWaits = kMask && kBand == kBandMask;
+        if constexpr (kMaskWaits) wgmma_wait<0>();   // rP free for the mask's loads (no spill)
         if (kMask) mask(c, c.first_block + j, p, band);
         fold();
         pin_softmax();
-        draw_early(c, c.first_block + j, p);   // dropout
+        if constexpr (kMaskWaits && kDropout) drop_s(c, key_block(c, j, p), p);
+        else draw_early(c, key_block(c, j, p), p);   // dropout
         wgmma_wait<0>();   // P_{j-1} V_{j-1} is done: rP and acc are free
         retire_pv(c.kv0 + j - 1);
         convert_p();
-        drop(c, c.first_block + j, p);   // dropout
+        if constexpr (!(kMaskWaits && kDropout)) drop(c, key_block(c, j, p), p);   // dropout
     }
 
     // Blocks 1.. of tile c: (local) the window's left edge, the unmasked ones, then the diagonal
@@ -343,12 +374,12 @@ struct Consumer {
         wgmma_wait<1>();   // x's S is done (c's P V may still run)
         fold_first(x, p, band);
         pin_softmax();
-        draw_early(x, x.first_block, p);   // dropout
+        draw_early(x, key_block(x, 0, p), p);   // dropout
         wgmma_wait<0>();
         retire_pv(c.kv0 + c.n_blocks - 1);
         store(p, c, c_row0, done);
         convert_p();
-        drop(x, x.first_block, p);   // dropout
+        drop(x, key_block(x, 0, p), p);   // dropout
     }
 
     // The block's last tile c: its last P V (the last warpgroup passes no turn after it: warpgroup 0
