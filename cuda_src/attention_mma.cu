@@ -18,7 +18,7 @@
 namespace sy_attn {
 namespace {
 
-// kDropout: p.dropout_p (attention_dropout.cuh), instantiated with kBandNone and kBandCausal only.
+// kDropout: p.dropout_p (attention_dropout.cuh), instantiated with kBandNone, kBandCausal and kBandMask.
 template <class Tr, typename T, int kMode, bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kNThreads, Tr::kMinBlocksPerSm)
 mma_fwd_kernel(const sy_attn_params p, const Band band) {
@@ -127,7 +127,7 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
         if constexpr (kDropout && kDrawEarly) {
 #pragma unroll
             for (int ma = 0; ma < Tr::kMAtoms; ++ma)
-                keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
+                keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, key_row0(j), lane);
         }
 
         // S = Q K^T: [kMAtoms][kNTilesS] m16n8 fragments of this warp's rows x the block's keys.
@@ -216,7 +216,7 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
 #pragma unroll
             for (int ma = 0; ma < Tr::kMAtoms; ++ma) {
                 if constexpr (!kDrawEarly)
-                    keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, j * Tr::kBlockN, lane);
+                    keep_rows_all(keep[ma], make_dropout(p, b, h), m0 + warp_row0 + ma * 16 + lane / 4, key_row0(j), lane);
                 dropout_rows_apply(rP[ma], keep[ma]);
             }
         }
@@ -295,9 +295,10 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
 // of the block idle on the band's edges) and the 256-row tile without one.
 template <class Tr, class TrBand, class TrMask, typename T>
 int launch_band(const sy_attn_params &p, cudaStream_t stream) {
-    if (p.mask_lists) {   // attn_mask tile by tile (attention_mask.cuh)
+    if (p.mask_lists) {   // attn_mask tile by tile (attention_mask.cuh), with or without dropout
         if (!check_mask(p, TrMask::kBlockM, TrMask::kBlockN)) return kInvalid;
-        return launch<TrMask, T, kBandMask>(p, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
+        const Band all{-(p.seqlen_q + 1), p.seqlen_k};
+        return p.dropout_p > 0.f ? launch<TrMask, T, kBandMask, true>(p, all, stream) : launch<TrMask, T, kBandMask>(p, all, stream);
     }
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
@@ -328,7 +329,6 @@ extern "C" int sy_attn_mma_fwd(const sy_attn_params *params, void *stream) {
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || (p.mask != nullptr && !p.mask_lists)) return kUnsupported;
     if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
-    if (p.mask_lists && p.dropout_p != 0.f) return kUnsupported;   // a mask or dropout: no kernel has both
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!aligned16(p.q, p.q_strides) || !aligned16(p.k, p.k_strides) || !aligned16(p.v, p.v_strides))
         return kInvalid;
