@@ -66,7 +66,7 @@ namespace sy_attn {
 namespace {
 
 // kDropoutFlag, beside the band's bits and kVarlenFlag (hopper_bwd_pipeline.cuh): dropout (p.dropout_p,
-// attention_dropout.cuh), instantiated with kBandNone and kBandCausal only:
+// attention_dropout.cuh), instantiated with kBandNone, kBandCausal and (fp16) kBandMask, d = 128:
 // dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
 constexpr int kDropoutFlag = 8;
 
@@ -265,9 +265,10 @@ struct BwdConsumer {
     // The i-th query tile this block walks. Each GEMM is issued as soon as its operands exist and waited
     // for only when its result is needed, so the tensor cores run under this warpgroup's own work:
     // dP^T under P^T's exponentials, dV under dS^T and its store, dK under the dQ atomics.
+    // next_m0: kBandMask, the first query of the list's next tile (dropout draws its keep bits at the end).
     template <bool kMask>
     __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int len_k,
-                                         const sy_attn_bwd_params &p) {
+                                         const sy_attn_bwd_params &p, int next_m0 = 0) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
@@ -292,7 +293,7 @@ struct BwdConsumer {
             fence_regs(dp);
             compute_ds(stage, 1.f / (1.f - p.dropout_p));
             fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
-            drop_packed<std::is_same<T, __half>::value>(rP, keep_bits);   // the form ptxas keeps in registers
+            drop_packed<std::is_same<T, __half>::value || kBand == kBandMask>(rP, keep_bits);   // the form ptxas keeps in registers
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
@@ -328,7 +329,8 @@ struct BwdConsumer {
             const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
             atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
         }
-        if constexpr (kDropout) draw_keep(p, n0, m0 + Tr::kBlockM);   // under dK's GEMM (dropout: tiles in order)
+        if constexpr (kDropout)   // under dK's GEMM (tiles in order; kBandMask: the list names the next)
+            draw_keep(p, n0, kBand == kBandMask ? next_m0 : m0 + Tr::kBlockM);
         wgmma_wait<0>();   // dK done: the stage's Q and dO are free
         fence_regs(dK);
         fence_regs(rdS);
@@ -429,7 +431,11 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // Varlen: a block holding the sequence's last, ragged keys masks every tile (the keys after them
         // belong to the next sequence).
         const bool ragged = (kMode & kVarlenFlag) != 0 && n0 + Tr::kBlockN > seq.len_k;
-        if constexpr ((kMode & kDropoutFlag) != 0) consumer.draw_keep(p, n0, queries.begin * Tr::kBlockM);
+        if constexpr ((kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandMask) {   // the list's first tile
+            if (queries.begin < queries.end) consumer.draw_keep(p, n0, MaskWalk::block(__ldg(list + 1 + queries.begin)) * Tr::kBlockM);
+        } else if constexpr ((kMode & kDropoutFlag) != 0) {
+            consumer.draw_keep(p, n0, queries.begin * Tr::kBlockM);
+        }
         // Dropout, causal: the count of masked tiles (at most 3: the key block's 128 keys cross the diagonal
         // in 3 query tiles of 64) rides in bits 26.. of the tile counter i, whose low bits alone pick the
         // stage and phase (kStages a power of 2): unmasked_begin held on its own across the loop was the
@@ -441,12 +447,15 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             constexpr int kBand = kMode & 3;
             if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
                 const int e = __ldg(list + 1 + m);
+                // Dropout: the next entry's tile (past the list's end: its last, drawn and never used).
+                const int next_m0 = (kMode & kDropoutFlag) != 0
+                                        ? MaskWalk::block(__ldg(list + 1 + min(m + 1, queries.end - 1))) * Tr::kBlockM : 0;
                 if (MaskWalk::cls(e) == kTileFull)
                     consumer.template tile<false>(i, MaskWalk::block(e) * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band,
-                                                  seq.len_k, p);
+                                                  seq.len_k, p, next_m0);
                 else
                     consumer.template tile<true>(i, MaskWalk::block(e) * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band,
-                                                 seq.len_k, p);
+                                                 seq.len_k, p, next_m0);
                 continue;
             }
             // Without a band nothing is masked (ragged keys and queries: see query_tiles).
@@ -549,9 +558,21 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     // bytes; the mma backward serves it: sympathy/attention/cuda.py picks it). At d = 128 dQ goes through
     // shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are served too.
     // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles; no
-    // band, dropout, varlen or deterministic order (sy_attn_hopper_bwd refuses them).
+    // band, varlen or deterministic order (sy_attn_hopper_bwd refuses them).
     if (p.mask_lists) {
         const Band none{-(p.seqlen_q + 1), p.seqlen_k};
+        // With dropout: fp16 at d = 128 only. bf16 is not instantiated: its consumers spilled 12 bytes (ptxas
+        // -v, sm_90a; 28 with P^T o Z's two-bit-mask form) where fp16's spill none; the mma backward serves it.
+        if (p.dropout_p > 0.f) {
+            using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
+            if constexpr (std::is_same<T, __half>::value) {
+                if (p.head_dim != 128) return kUnsupported;
+                return check_mask(p, TraitsDropout::kBlockM, TraitsDropout::kBlockN)
+                           ? launch<TraitsDropout, T, kBandMask | kDropoutFlag>(p, rows_per_head, none, stream)
+                           : kInvalid;
+            }
+            return kUnsupported;
+        }
         if (p.head_dim == 64)
             return check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, none, stream)
                                                                          : kInvalid;
@@ -581,10 +602,9 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32) return kUnsupported;
     if (p.mask && !p.mask_lists) return kUnsupported;   // attn_mask: tile by tile only (its lists)
-    // A mask with a band, dropout, varlen or the deterministic order: not instantiated (the mma backward or
-    // the torch-math backward serves them).
-    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window || p.dropout_p != 0.f || p.cu_seqlens_q ||
-                         p.deterministic))
+    // A mask with a band, varlen or the deterministic order: not instantiated (the mma backward or the
+    // torch-math backward serves them); a mask with dropout: fp16 at d = 128 only (launch_head_dim).
+    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window || p.cu_seqlens_q || p.deterministic))
         return kUnsupported;
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
     if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
