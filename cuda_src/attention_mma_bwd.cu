@@ -521,7 +521,9 @@ template <class Tr, class TrDq, typename T>
 int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
     if (p.mask_lists) {   // attn_mask tile by tile: key-major lists of (kBlockM-query) tiles per kBlockN keys
         if (p.deterministic || !check_mask(p, Tr::kBlockM, Tr::kBlockN)) return p.deterministic ? kUnsupported : kInvalid;
-        return launch<Tr, TrDq, T, kBandMask>(p, rows_per_head, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
+        const Band all{-(p.seqlen_q + 1), p.seqlen_k};
+        return p.dropout_p > 0.f ? launch<Tr, TrDq, T, kBandMask, true>(p, rows_per_head, all, stream)
+                                 : launch<Tr, TrDq, T, kBandMask>(p, rows_per_head, all, stream);
     }
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
@@ -585,7 +587,6 @@ extern "C" int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream) {
     if (p.dtype == SY_ATTN_F32 || p.cu_seqlens_q || p.cu_seqlens_k) return kUnsupported;   // varlen: hopper only
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
-    if (p.mask_lists && p.dropout_p != 0.f) return kUnsupported;   // a mask or dropout: no kernel has both
     if (!p.lse_log2 || (!p.deterministic && !p.dq_accum)) return kInvalid;
     if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;
     if (!rows_aligned(p.q, p.q_strides, 16) || !rows_aligned(p.k, p.k_strides, 16) ||
