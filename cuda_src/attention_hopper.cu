@@ -97,18 +97,16 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 #endif
 template <class Tr, typename T, int kMode>
 int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
-    auto kernel = hopper_fwd_kernel<Tr, T, kMode>;
+    constexpr auto kernel = hopper_fwd_kernel<Tr, T, kMode>;
     // The kernel body exists only in an sm_90a build: a library built for another arch has none.
-    cudaFuncAttributes attrs;
-    cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
-    if (err != cudaSuccess) return static_cast<int>(err);
-    if (attrs.binaryVersion != 90) return kUnsupported;
+    int status = prepare_kernel<kernel>(Tr::kSmemBytes);
+    if (status != kOk) return status;
 
     // Varlen: one "batch" of total rows; each tile addresses its sequence's rows.
     constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     const int map_batch = kVarlen ? 1 : p.batch;
     CUtensorMap tm_q, tm_k, tm_v, tm_o = {};
-    int status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
+    status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
     if (status == kOk)
         status = encode_map(&tm_k, p.k, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.k_strides, Tr::kBlockN);
     if (status == kOk)
@@ -120,10 +118,9 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
         status = encode_map(&tm_o, p.o, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, p.batch, p.o_strides, 16);   // a warp's rows
     if (status != kOk) return status;
 
-    int device = 0, sms = 0;
-    if ((err = cudaGetDevice(&device)) != cudaSuccess ||
-        (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
-        return static_cast<int>(err);
+    cudaError_t err = cudaSuccess;
+    const int sms = current_sm_count(&err);
+    if (err != cudaSuccess) return static_cast<int>(err);
     TileScheduler sched;
     sched.n_mblocks = ceil_div(kVarlen ? p.max_seqlen_q : p.seqlen_q, Tr::kBlockM);
     sched.heads_q = p.heads_q;
@@ -131,8 +128,6 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     if (n_tiles > INT32_MAX) return kInvalid;
     sched.n_tiles = static_cast<int>(n_tiles);
 
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-    if (err != cudaSuccess) return static_cast<int>(err);
     // Persistent: one resident block per SM (shared memory and registers allow no second), the
     // counter zeroed on the stream, or for tiles of one length (TileScheduler) the static stride and no
     // counter. Otherwise a block per tile and no counter: the kernel must not draw tiles from a counter

@@ -466,16 +466,14 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 // ---- host -----------------------------------------------------------------------------------------------
 template <class Tr, typename T, int kMode>
 int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream_t stream) {
-    auto kernel = hopper_bwd_kernel<Tr, T, kMode>;
-    cudaFuncAttributes attrs;
-    cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
-    if (err != cudaSuccess) return static_cast<int>(err);
-    if (attrs.binaryVersion != 90) return kUnsupported;   // the body exists only in an sm_90a build
+    constexpr auto kernel = hopper_bwd_kernel<Tr, T, kMode>;
+    int status = prepare_kernel<kernel>(Tr::kSmemBytes);   // the body exists only in an sm_90a build
+    if (status != kOk) return status;
 
     constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     const int map_batch = kVarlen ? 1 : p.batch;   // varlen: the packed rows as one batch
     CUtensorMap tm_q, tm_do, tm_k, tm_v;
-    int status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
+    status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
     if (status == kOk)
         status = encode_map(&tm_do, p.dout, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.dout_strides,
                             Tr::kBlockM);
@@ -492,11 +490,10 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk) return status;
     if (p.deterministic) {   // the per-tile counters after dq_accum (only tile-major launches get here)
         const size_t sem_bytes = static_cast<size_t>(p.batch) * p.heads_q * (rows_per_head / Tr::kBlockM) * sizeof(int);
-        if ((err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, sem_bytes, stream)) != cudaSuccess)
+        const cudaError_t err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, sem_bytes, stream);
+        if (err != cudaSuccess)
             return static_cast<int>(err);
     }
-    if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
-        return static_cast<int>(err);
     dim3 grid(ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;

@@ -58,6 +58,12 @@ def causal_bias_band(attn_mask, is_causal: bool, n_q: int, n_kv: int) -> Optiona
     """attn_mask a torch CausalBias (causal_upper_left / causal_lower_right): its causal_offset (0 or
     Nk - Nq); None for any other mask. torch's own errors: is_causal beside it (ValueError), and a bias
     made for other lengths."""
+    if attn_mask is None:
+        return None
+    import torch
+
+    if type(attn_mask) is torch.Tensor:   # the usual mask, told apart before the import below (~28 us a call)
+        return None
     try:
         from torch.nn.attention.bias import CausalBias, CausalVariant
     except ImportError:   # torch without the bias module: no CausalBias can exist
