@@ -56,6 +56,13 @@ __host__ __device__ __forceinline__ BlockRange band_blocks(int first, int last, 
     return r;
 }
 
+// Whether (row, col) lies inside the band, lo <= col - row <= hi, as one unsigned compare (make_band keeps
+// lo <= hi, and |col - row - lo| stays far below 2^31: check_band): a partial attn_mask tile's per-score
+// test, where the mask and a band meet (attention_mask.cuh).
+__host__ __device__ __forceinline__ bool in_band(Band band, int row, int col) {
+    return static_cast<unsigned>(col - row - band.lo) <= static_cast<unsigned>(band.hi - band.lo);
+}
+
 // band_blocks with the mode known at compile time: without a band the range is every block from 0, which
 // the compiler then knows (a runtime loop start cost the sm_80 256-row mma kernel 16 more bytes of spill).
 template <int kMode>

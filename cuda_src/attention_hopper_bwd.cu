@@ -143,7 +143,7 @@ struct BwdConsumer {
     __device__ __forceinline__ void compute_p(int stage, int n0, int m0, Band band, int len_k,
                                               const sy_attn_bwd_params &p) {
         if constexpr (kBand == kBandMask && kMask) {
-            mask_p(stage, n0, m0, p);
+            mask_p(stage, n0, m0, band, p);
             return;
         }
         const float *lse = sm.lse + stage * Tr::kBlockM;
@@ -168,9 +168,9 @@ struct BwdConsumer {
     }
 
     // P^T of a partial attn_mask tile (kBandMask): hopper_bwd_mask.cuh.
-    __device__ __forceinline__ void mask_p(int stage, int n0, int m0, const sy_attn_bwd_params &p) {
+    __device__ __forceinline__ void mask_p(int stage, int n0, int m0, Band band, const sy_attn_bwd_params &p) {
         masked_p_tile(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane,
-                      scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
+                      scale_log2, p, band, [&](int kk) { pack_step(rP[kk], s, kk); });
     }
 
     // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV: the fp32 S^T registers are free once
@@ -548,14 +548,17 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     // Dropout at d = 64 is not instantiated (a copy of P over the 128-query tile's registers spilled 60-176
     // bytes; the mma backward serves it: sympathy/attention/cuda.py picks it). At d = 128 dQ goes through
     // shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are served too.
-    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles; no
-    // band, dropout, varlen or deterministic order (sy_attn_hopper_bwd refuses them).
+    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles, with
+    // the launch's band (its classes in the lists, its test in partial tiles); no dropout, varlen or
+    // deterministic order (sy_attn_hopper_bwd refuses them).
     if (p.mask_lists) {
-        const Band none{-(p.seqlen_q + 1), p.seqlen_k};
+        int mode;
+        const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                    p.seqlen_k, &mode);
         if (p.head_dim == 64)
-            return check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, none, stream)
+            return check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
                                                                          : kInvalid;
-        return check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN) ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, none, stream)
+        return check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN) ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, band, stream)
                                                                        : kInvalid;
     }
     if (p.dropout_p > 0.f) {
@@ -581,11 +584,9 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32) return kUnsupported;
     if (p.mask && !p.mask_lists) return kUnsupported;   // attn_mask: tile by tile only (its lists)
-    // A mask with a band, dropout, varlen or the deterministic order: not instantiated (the mma backward or
-    // the torch-math backward serves them).
-    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window || p.dropout_p != 0.f || p.cu_seqlens_q ||
-                         p.deterministic))
-        return kUnsupported;
+    // A mask with dropout, varlen or the deterministic order: not instantiated (the mma backward or the
+    // torch-math backward serves them). A band beside the mask is served (kBandMask takes the launch's band).
+    if (p.mask_lists && (p.dropout_p != 0.f || p.cu_seqlens_q || p.deterministic)) return kUnsupported;
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
     if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
                             (p.dropout_p != 0.f && !SY_HOPPER_BWD_DROPOUT_TMA)))

@@ -54,6 +54,17 @@ def has_band(causal_offset: int, window: Tuple[int, int]) -> bool:
     return causal_offset != 0 or tuple(window) != NO_WINDOW
 
 
+def band_bounds(n_q: int, n_kv: int, is_causal: bool, causal_offset: int = 0, window=NO_WINDOW) -> Tuple[int, int]:
+    """(lo, hi): row i sees keys i + lo .. i + hi, exactly as attention_band.cuh's make_band computes them
+    (the kernels and the tile classification of mask_tiles.py must agree): an open side takes a bound no
+    row reaches, lo = -(Nq + 1) or hi = Nk, and both are clamped into [-(Nq + 1), Nk] (so lo <= hi)."""
+    open_lo, open_hi = -(n_q + 1), n_kv
+    left, right = window
+    lo = causal_offset - left if left >= 0 else open_lo
+    hi = causal_offset if is_causal else causal_offset + right if right >= 0 else open_hi
+    return min(max(lo, open_lo), open_hi), min(max(hi, open_lo), open_hi)
+
+
 def causal_bias_band(attn_mask, is_causal: bool, n_q: int, n_kv: int) -> Optional[int]:
     """attn_mask a torch CausalBias (causal_upper_left / causal_lower_right): its causal_offset (0 or
     Nk - Nq); None for any other mask. torch's own errors: is_causal beside it (ValueError), and a bias
