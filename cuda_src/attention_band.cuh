@@ -88,6 +88,16 @@ inline Band make_band(int is_causal, int causal_offset, int has_window, int wind
     return Band{static_cast<int>(lo), static_cast<int>(hi)};
 }
 
+// make_band's band (not varlen) in int arithmetic, for a kernel that reads it off its parameters where it is used
+// (constant bank) rather than holding it in registers across its loops; check_band keeps every value in range.
+template <class P>
+__device__ __forceinline__ Band param_band(const P &p) {
+    const int open_lo = -(p.seqlen_q + 1), open_hi = p.seqlen_k;
+    const int lo = p.has_window && p.window_left >= 0 ? p.causal_offset - p.window_left : open_lo;
+    const int hi = p.is_causal ? p.causal_offset : p.has_window && p.window_right >= 0 ? p.causal_offset + p.window_right : open_hi;
+    return Band{min(max(lo, open_lo), open_hi), min(max(hi, open_lo), open_hi)};
+}
+
 // One sequence's band in a packed variable-length batch: the launch's band counts from the sequence's
 // bottom right (shift = len_k - len_q); make_band's open sides (wide = true: +-(Nq + Nk + 1) for the
 // totals) stay open after any shift, and the result is clamped into the sequence's own range.

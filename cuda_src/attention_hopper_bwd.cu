@@ -69,6 +69,10 @@ namespace {
 // attention_dropout.cuh), instantiated with kBandNone and kBandCausal only:
 // dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
 constexpr int kDropoutFlag = 8;
+// kMaskBandFlag, with kBandMask: the launch has a band beside the mask (a window, a moved diagonal), which its
+// partial tiles test per score (hopper_bwd_mask.cuh). Its own instantiation, so that a mask without a band
+// keeps the code it had (the test and the order it needs cost the partial tiles at d = 128 their overlap).
+constexpr int kMaskBandFlag = 16;
 
 #ifdef SY_HOPPER_DEVICE_CODE
 // blockIdx.y (kDim 1) or .z (2), read where it is used: a volatile read cannot be hoisted out of the query
@@ -79,6 +83,7 @@ template <class Tr, typename T, int kMode>
 struct BwdConsumer {
     static constexpr int kBand = kMode & 3;
     static constexpr bool kDropout = (kMode & kDropoutFlag) != 0;
+    static constexpr bool kMaskBand = (kMode & kMaskBandFlag) != 0;
     static constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     static constexpr bool kDqTma = Tr::kDqViaSmem && !kVarlen;
     using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
@@ -143,7 +148,7 @@ struct BwdConsumer {
     __device__ __forceinline__ void compute_p(int stage, int n0, int m0, Band band, int len_k,
                                               const sy_attn_bwd_params &p) {
         if constexpr (kBand == kBandMask && kMask) {
-            mask_p(stage, n0, m0, band, p);
+            mask_p(stage, n0, m0, p);
             return;
         }
         const float *lse = sm.lse + stage * Tr::kBlockM;
@@ -168,9 +173,9 @@ struct BwdConsumer {
     }
 
     // P^T of a partial attn_mask tile (kBandMask): hopper_bwd_mask.cuh.
-    __device__ __forceinline__ void mask_p(int stage, int n0, int m0, Band band, const sy_attn_bwd_params &p) {
-        masked_p_tile(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane,
-                      scale_log2, p, band, [&](int kk) { pack_step(rP[kk], s, kk); });
+    __device__ __forceinline__ void mask_p(int stage, int n0, int m0, const sy_attn_bwd_params &p) {
+        masked_p_tile<kMaskBand>(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane,
+                      scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
     }
 
     // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV: the fp32 S^T registers are free once
@@ -272,8 +277,9 @@ struct BwdConsumer {
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
         // then dP^T and dV): issued together, dP^T's in-flight accumulators left no room for the mask's
-        // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap.
-        constexpr bool kMaskFirst = kBand == kBandMask && kMask && Tr::kHeadDim == 64;
+        // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap. At
+        // d = 128 too with a band (kMaskBand: the band's test beside the loads spilled 12-24 bytes there).
+        constexpr bool kMaskFirst = kBand == kBandMask && kMask && (Tr::kHeadDim == 64 || kMaskBand);
         // Dropout: the tile's keep bits were drawn at the end of the previous tile (draw_keep); dS^T is made
         // from P^T (undropped, in rP) and Z o dP^T / (1 - p), and only then rP becomes P^T o Z for dV
         // (scaled by 1 / (1 - p) at the store), so no copy of P^T is kept (16 / 32 registers at d = 128 /
@@ -555,11 +561,14 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
         int mode;
         const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                     p.seqlen_k, &mode);
-        if (p.head_dim == 64)
-            return check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
-                                                                         : kInvalid;
-        return check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN) ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, band, stream)
-                                                                       : kInvalid;
+        if (p.head_dim == 64 ? !check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN)
+                             : !check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN))
+            return kInvalid;
+        if (mode != kBandNone)
+            return p.head_dim == 64 ? launch<TraitsD64, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream)
+                                    : launch<TraitsD128, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
+        return p.head_dim == 64 ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
+                                : launch<TraitsD128, T, kBandMask>(p, rows_per_head, band, stream);
     }
     if (p.dropout_p > 0.f) {
         using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;

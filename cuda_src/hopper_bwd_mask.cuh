@@ -23,9 +23,12 @@ namespace sy_attn {
 // s: the S^T fragment (n8 tiles over the tile's queries; registers c: key row c / 2 (+8), query c % 2),
 // lse: the tile's log2 LSE rows in shared memory, key0: this lane's first key row, m0: the tile's first
 // query. pack(kk) packs n8 tiles 2kk, 2kk + 1 (P^T's A fragment kk) once they are done.
-template <int kNTiles, class Pack>
+// kBand: the launch has a band (kMaskBandFlag), tested too, from the parameters where it is used (param_band:
+// nothing held across the consumer's loop).
+template <bool kBand, int kNTiles, class Pack>
 __device__ __forceinline__ void masked_p_tile(float (&s)[kNTiles][4], const float *lse, int key0, int m0, int lane,
-                                              float scale_log2, const sy_attn_bwd_params &p, Band band, Pack pack) {
+                                              float scale_log2, const sy_attn_bwd_params &p, Pack pack) {
+    const Band band = kBand ? param_band(p) : Band{};
     const bool is_bool = p.mask_kind == kMaskBool;
     const int shift = is_bool ? 0 : 2;   // bytes per element: 1 or 4
     const char *head = static_cast<const char *>(p.mask) +
@@ -40,7 +43,7 @@ __device__ __forceinline__ void masked_p_tile(float (&s)[kNTiles][4], const floa
         for (int c = 0; c < 4; ++c) {
             const int query = m0 + col + c % 2, key = key0 + (c / 2) * 8;
             float m = -INFINITY;
-            if (query < p.seqlen_q && key < p.seqlen_k && in_band(band, query, key)) {
+            if (query < p.seqlen_q && key < p.seqlen_k && (!kBand || in_band(band, query, key))) {
                 const char *at = rows[c / 2] + query * query_bytes;
                 m = is_bool ? (__ldg(reinterpret_cast<const unsigned char *>(at)) ? 0.f : -INFINITY)
                             : __ldg(reinterpret_cast<const float *>(at));

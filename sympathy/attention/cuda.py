@@ -13,7 +13,8 @@ Four kernels, a ladder (cuda_src/attention_{naive,tiled,mma,hopper}.cu):
             consumer warpgroups (fp16/bf16, d 64/128)
 The band (band.py): `causal_offset` moves the causal diagonal (Nk - Nq: bottom-right, KV-cache prefill)
 and `window=(left, right)` is a sliding window (flash-attn's window_size), natively in mma and hopper,
-forward and backward; naive takes it as a mask.
+forward and backward, also beside an attn_mask (the mask's tiles intersected with the band's, mask_tiles.py);
+naive takes it as a mask.
 Backward (d = 64 or 128, no mask): FlashAttention-2's algorithm on tensor cores for fp16/bf16, with
 wgmma and TMA after a `hopper` forward (cuda_src/attention_hopper_bwd.cu, FlashAttention-3 class) and
 mma.sync otherwise or when deterministic in fp16 at d = 64 (cuda_src/attention_mma_bwd.cu); fp32 math on CUDA cores for
@@ -578,7 +579,9 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     right. causal_offset=0 is torch's top-left; Nk - Nq bottom-right (flash-attn's alignment). attn_mask
     may be torch's causal_upper_left / causal_lower_right (a CausalBias): it runs as the band, no mask.
     mma and hopper take the band natively, forward and backward (key blocks outside it never loaded);
-    naive as a mask; tiled not. A row that sees no key gives 0, as torch's SDPA.
+    naive as a mask; tiled not. With an attn_mask too, mma and hopper take both tile by tile (a tile is
+    skipped if the mask or the band hides it all, unmasked if both show it all). A row that sees no key
+    gives 0, as torch's SDPA.
     """
     return attention_with_lse(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
                               kernel=kernel, deterministic=deterministic, window=window,
