@@ -69,10 +69,6 @@ namespace {
 // attention_dropout.cuh), instantiated with kBandNone and kBandCausal only:
 // dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
 constexpr int kDropoutFlag = 8;
-// kMaskBandFlag, with kBandMask: the launch has a band beside the mask (a window, a moved diagonal), which its
-// partial tiles test per score (hopper_bwd_mask.cuh). Its own instantiation, so that a mask without a band
-// keeps the code it had (the test and the order it needs cost the partial tiles at d = 128 their overlap).
-constexpr int kMaskBandFlag = 16;
 
 #ifdef SY_HOPPER_DEVICE_CODE
 // blockIdx.y (kDim 1) or .z (2), read where it is used: a volatile read cannot be hoisted out of the query
@@ -561,14 +557,13 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
         int mode;
         const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                     p.seqlen_k, &mode);
-        if (p.head_dim == 64 ? !check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN)
-                             : !check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN))
+        if (p.head_dim == 64 ? !check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) : !check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN))
             return kInvalid;
-        if (mode != kBandNone)
-            return p.head_dim == 64 ? launch<TraitsD64, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream)
-                                    : launch<TraitsD128, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
-        return p.head_dim == 64 ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
-                                : launch<TraitsD128, T, kBandMask>(p, rows_per_head, band, stream);
+        if (p.head_dim == 64)
+            return mode == kBandNone ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
+                                     : launch<TraitsD64, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
+        return mode == kBandNone ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, band, stream)
+                                 : launch<TraitsD128, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
     }
     if (p.dropout_p > 0.f) {
         using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;

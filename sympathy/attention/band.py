@@ -11,8 +11,9 @@ of flash-attn, and of a KV-cache prefill (the Nq new queries are the last Nq of 
 A row that sees no key gives 0 (and an LSE of -inf), as torch's SDPA answers such rows.
 
 The `mma` and `hopper` kernels take the band natively (cuda_src/attention_band.cuh: blocks outside it
-are never loaded, blocks inside run unmasked); the `naive` kernel and the torch-math backward take it
-as the boolean mask `band_mask` builds. This module is plain Python over ints; torch is imported only
+are never loaded, blocks inside run unmasked), also beside an attn_mask (mask_tiles.py classifies the
+tiles by both; band_bounds gives it (lo, hi) as the kernels' make_band does); the `naive` kernel and the
+torch-math backward take it as the boolean mask `band_mask` builds. This module is plain Python over ints; torch is imported only
 where a tensor is made.
 """
 from __future__ import annotations
