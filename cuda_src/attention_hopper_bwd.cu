@@ -170,8 +170,8 @@ struct BwdConsumer {
 
     // P^T of a partial attn_mask tile (kBandMask): hopper_bwd_mask.cuh.
     __device__ __forceinline__ void mask_p(int stage, int n0, int m0, const sy_attn_bwd_params &p) {
-        masked_p_tile<kMaskBand>(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane,
-                      scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
+        masked_p_tile<kMaskBand>(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4,
+                                 m0, lane, scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
     }
 
     // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV: the fp32 S^T registers are free once
@@ -557,8 +557,9 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
         int mode;
         const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                     p.seqlen_k, &mode);
-        if (p.head_dim == 64 ? !check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) : !check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN))
-            return kInvalid;
+        const bool tiles_ok = p.head_dim == 64 ? check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN)
+                                               : check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN);
+        if (!tiles_ok) return kInvalid;
         if (p.head_dim == 64)
             return mode == kBandNone ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
                                      : launch<TraitsD64, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);

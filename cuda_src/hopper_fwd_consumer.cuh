@@ -172,9 +172,10 @@ struct Consumer {
     }
 
     // kBandMask: entry j of tile x's list applied to S (attention_mask.cuh). kRead: a partial tile reads the
-    // mask (and tests the band); without it only the edges and an empty tile are masked, with no load. A tile's first block
-    // (fold_first) is never partial (mask_tiles.py puts a full or an empty block first): there the previous
-    // tile's O, its last P V in flight and the saved softmax are all live, and the loads spilled 500 bytes.
+    // mask (and tests the band); without it only the edges and an empty tile are masked, with no load. A
+    // tile's first block (fold_first) is never partial (mask_tiles.py puts a full or an empty block first):
+    // there the previous tile's O, its last P V in flight and the saved softmax are all live, and the loads
+    // spilled 500 bytes.
     template <bool kRead>
     __device__ __forceinline__ void mask_entry(const TileWork &x, int j, const sy_attn_params &p, Band band = Band{}) {
         const int e = __ldg(p.mask_lists + x.list + 1 + j);
