@@ -155,16 +155,16 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
     // attn_mask tile by tile, not varlen: d = 128, and d = 64 on the 128 x 128 tiles of HopperTraitsD64Short
     // (two consumers at 240 registers; the three of HopperTraitsD64 at 160 spilled 68 bytes around the
     // mask's loads).
-    if constexpr (kVarlen == 0 && Tr::kBlockM == 128 && Tr::kBlockN == 128 && Tr::kHeadDim <= 128) {
-        if (p.mask_lists) {
-            if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
-            return launch<Tr, T, kBandMask>(p, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
-        }
-    }
-    if (p.mask_lists) return kUnsupported;
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode, kVarlen != 0);
+    if constexpr (kVarlen == 0 && Tr::kBlockM == 128 && Tr::kBlockN == 128 && Tr::kHeadDim <= 128) {
+        if (p.mask_lists) {   // the band rides along: the lists hold its classes, partial tiles test it
+            if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
+            return launch<Tr, T, kBandMask>(p, band, stream);
+        }
+    }
+    if (p.mask_lists) return kUnsupported;
     if (mode == kBandLocal) return launch<Tr, T, kBandLocal | kVarlen>(p, band, stream);
     return mode == kBandCausal ? launch<Tr, T, kBandCausal | kVarlen>(p, band, stream)
                                : launch<Tr, T, kBandNone | kVarlen>(p, band, stream);
@@ -210,7 +210,6 @@ extern "C" int sy_attn_hopper_fwd(const sy_attn_params *params, void *stream) {
     const sy_attn_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || (p.mask != nullptr && !p.mask_lists)) return kUnsupported;
-    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
     if (p.mask_lists && p.dropout_p != 0.f) return kUnsupported;   // a mask or dropout: no kernel has both
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;

@@ -79,6 +79,7 @@ template <class Tr, typename T, int kMode>
 struct BwdConsumer {
     static constexpr int kBand = kMode & 3;
     static constexpr bool kDropout = (kMode & kDropoutFlag) != 0;
+    static constexpr bool kMaskBand = (kMode & kMaskBandFlag) != 0;
     static constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     static constexpr bool kDqTma = Tr::kDqViaSmem && !kVarlen;
     using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
@@ -169,8 +170,8 @@ struct BwdConsumer {
 
     // P^T of a partial attn_mask tile (kBandMask): hopper_bwd_mask.cuh.
     __device__ __forceinline__ void mask_p(int stage, int n0, int m0, const sy_attn_bwd_params &p) {
-        masked_p_tile(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane,
-                      scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
+        masked_p_tile<kMaskBand>(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4,
+                                 m0, lane, scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
     }
 
     // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV: the fp32 S^T registers are free once
@@ -272,8 +273,9 @@ struct BwdConsumer {
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
         // then dP^T and dV): issued together, dP^T's in-flight accumulators left no room for the mask's
-        // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap.
-        constexpr bool kMaskFirst = kBand == kBandMask && kMask && Tr::kHeadDim == 64;
+        // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap. At
+        // d = 128 too with a band (kMaskBand: the band's test beside the loads spilled 12-24 bytes there).
+        constexpr bool kMaskFirst = kBand == kBandMask && kMask && (Tr::kHeadDim == 64 || kMaskBand);
         // Dropout: the tile's keep bits were drawn at the end of the previous tile (draw_keep); dS^T is made
         // from P^T (undropped, in rP) and Z o dP^T / (1 - p), and only then rP becomes P^T o Z for dV
         // (scaled by 1 / (1 - p) at the store), so no copy of P^T is kept (16 / 32 registers at d = 128 /
@@ -545,15 +547,21 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     // Dropout at d = 64 is not instantiated (a copy of P over the 128-query tile's registers spilled 60-176
     // bytes; the mma backward serves it: sympathy/attention/cuda.py picks it). At d = 128 dQ goes through
     // shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are served too.
-    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles; no
-    // band, dropout, varlen or deterministic order (sy_attn_hopper_bwd refuses them).
+    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles, with
+    // the launch's band (its classes in the lists, its test in partial tiles); no dropout, varlen or
+    // deterministic order (sy_attn_hopper_bwd refuses them).
     if (p.mask_lists) {
-        const Band none{-(p.seqlen_q + 1), p.seqlen_k};
+        int mode;
+        const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                    p.seqlen_k, &mode);
+        const bool tiles_ok = p.head_dim == 64 ? check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN)
+                                               : check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN);
+        if (!tiles_ok) return kInvalid;
         if (p.head_dim == 64)
-            return check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, none, stream)
-                                                                         : kInvalid;
-        return check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN) ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, none, stream)
-                                                                       : kInvalid;
+            return mode == kBandNone ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
+                                     : launch<TraitsD64, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
+        return mode == kBandNone ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, band, stream)
+                                 : launch<TraitsD128, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
     }
     if (p.dropout_p > 0.f) {
         using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
@@ -578,11 +586,9 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32) return kUnsupported;
     if (p.mask && !p.mask_lists) return kUnsupported;   // attn_mask: tile by tile only (its lists)
-    // A mask with a band, dropout, varlen or the deterministic order: not instantiated (the mma backward or
-    // the torch-math backward serves them).
-    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window || p.dropout_p != 0.f || p.cu_seqlens_q ||
-                         p.deterministic))
-        return kUnsupported;
+    // A mask with dropout, varlen or the deterministic order: not instantiated (the mma backward or the
+    // torch-math backward serves them). A band beside the mask is served (kBandMask takes the launch's band).
+    if (p.mask_lists && (p.dropout_p != 0.f || p.cu_seqlens_q || p.deterministic)) return kUnsupported;
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
     if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
                             (p.dropout_p != 0.f && !SY_HOPPER_BWD_DROPOUT_TMA)))

@@ -13,7 +13,8 @@ Four kernels, a ladder (cuda_src/attention_{naive,tiled,mma,hopper}.cu):
             consumer warpgroups (fp16/bf16, d 64/128)
 The band (band.py): `causal_offset` moves the causal diagonal (Nk - Nq: bottom-right, KV-cache prefill)
 and `window=(left, right)` is a sliding window (flash-attn's window_size), natively in mma and hopper,
-forward and backward; naive takes it as a mask.
+forward and backward, also beside an attn_mask (the mask's tiles intersected with the band's, mask_tiles.py);
+naive takes it as a mask.
 Backward (d = 64 or 128, no mask): FlashAttention-2's algorithm on tensor cores for fp16/bf16, with
 wgmma and TMA after a `hopper` forward (cuda_src/attention_hopper_bwd.cu, FlashAttention-3 class) and
 mma.sync otherwise or when deterministic in fp16 at d = 64 (cuda_src/attention_mma_bwd.cu); fp32 math on CUDA cores for
@@ -31,7 +32,7 @@ from typing import Optional, Tuple
 from .._errors import NotSupportedError
 from . import cuda_build, eager
 from ._checks import check_dropout
-from .band import NO_WINDOW, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
+from .band import NO_WINDOW, band_bounds, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
 from .cuda_build import _raise_for_status, _torch, device_arch, library
 from .mask_tiles import FAR_ROW_MAX, MIN_FLOAT_MASK_SCALE, fill_params as _fill_mask_params, has_far_rows, \
     prepare as _prepare_mask, tile_shape
@@ -101,7 +102,8 @@ def _mask_tiles_on(kernel: str, d: int) -> bool:
 
 def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
     """The kernel to run: "auto" resolved, and the kernel's dtype / head-dim / mask support checked.
-    band: the call has a causal_offset or a window (mma and hopper take it; naive as a mask)."""
+    band: the call has a causal_offset or a window (mma and hopper take it, with or without attn_mask: the
+    mask's tiles are intersected with the band's, mask_tiles.py; naive as a mask)."""
     torch = _torch()
     d = q.shape[-1]
     if kernel not in KERNELS + ("auto",):
@@ -110,7 +112,7 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
     if kernel == "auto":
         if attn_mask is not None:   # tile by tile (mask_tiles.py) where a kernel takes it
             kernel = "naive"
-            if half and not band and q.device.type == "cuda":
+            if half and q.device.type == "cuda":
                 if _mask_tiles_on("hopper", d) and _on_hopper(q):
                     kernel = "hopper"
                 elif tile_shape("mma", d) and _facts(q)[0] >= (8, 0):
@@ -124,8 +126,6 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
         else:
             kernel = "naive"
     if attn_mask is not None and kernel != "naive":
-        if band:
-            raise NotImplementedError("attn_mask with window or causal_offset runs on kernel='naive' only")
         if kernel not in ("mma", "hopper") or not _mask_tiles_on(kernel, d):
             raise NotImplementedError(f"attn_mask runs on kernel='mma' (d 64, 128), 'hopper' (d 64, 128) and 'naive'; "
                                       f"got kernel={kernel!r} with d={d}")
@@ -143,9 +143,11 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
     return kernel
 
 
-def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band: bool = False) -> str:
+def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band: bool = False, *,
+                  causal_offset: int = 0, window=NO_WINDOW) -> str:
     """Validate everything that can be validated without a device; return the kernel to run.
-    band: the call has a causal_offset or a window (checked by band.py)."""
+    band: the call has a causal_offset or a window (checked by band.py); with attn_mask the far-row check
+    (mask_tiles.FAR_ROW_MAX) looks inside the band that causal_offset and window make."""
     torch = _torch()
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -200,7 +202,8 @@ def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band
         if requested != "auto":   # the kernels add mask / scale (mask_tiles.py)
             raise NotImplementedError(f"a float attn_mask with |scale| < {MIN_FLOAT_MASK_SCALE} runs on kernel='naive' only")
         kernel = "naive"
-    if attn_mask is not None and kernel in ("mma", "hopper") and has_far_rows(attn_mask, (B, Hq, Nq, k.shape[2])):
+    bounds = band_bounds(Nq, k.shape[2], is_causal, causal_offset, window or NO_WINDOW) if band else None
+    if attn_mask is not None and kernel in ("mma", "hopper") and has_far_rows(attn_mask, (B, Hq, Nq, k.shape[2]), bounds):
         if requested != "auto":
             raise NotImplementedError(f"attn_mask has a row whose largest element is below {FAR_ROW_MAX:g} (a fully "
                                       "masked row in additive form, such as torch.finfo(dtype).min): the fused kernels "
@@ -294,8 +297,9 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     p.lse = ffi.cast("float *", lse.data_ptr())
     for field, t in (("q_strides", q), ("k_strides", k), ("v_strides", v), ("o_strides", out)):
         getattr(p, field)[0:3] = list(t.stride()[:3])
-    if attn_mask is not None and kernel in ("mma", "hopper"):   # tile by tile (mask_tiles.py)
-        mask_tiles = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), kernel, d)
+    if attn_mask is not None and kernel in ("mma", "hopper"):   # tile by tile (mask_tiles.py), with the band
+        bounds = band_bounds(Nq, Nk, is_causal, causal_offset, window) if has_band(causal_offset, window) else None
+        mask_tiles = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), kernel, d, band=bounds)
         _fill_mask_params(p, ffi, mask_tiles)
     elif attn_mask is not None:
         if attn_mask.dtype == torch.bool:   # True takes part (torch's convention)
@@ -324,7 +328,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
                 kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW, dropout=None):
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
-    math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the
+    math) for float32; attn_mask (fp16/bf16, d 64/128, with or without a band, not deterministic) tile by tile on the
     hopper backward after a `hopper` call, on the mma backward otherwise (mask_tiles.py); d = 256 where
     _d256_fused_backward says on attention_hopper_bwd256.cu (wgmma) after a `hopper` forward unless
     deterministic (_d256_hopper_backward), else on the mma backward; _math_backward for other masks and head dims, and for a
@@ -333,14 +337,15 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     band = has_band(causal_offset, window)
+    bounds = band_bounds(Nq, Nk, is_causal, causal_offset, window) if band else None
     # attn_mask: tile by tile (mask_tiles.py) on the hopper backward after a `hopper` call (dQ through shared
     # memory), on the mma backward otherwise (atomic dQ), else the math backward (deterministic: neither
     # kernel orders a masked dQ; a mask with far rows, mask_tiles.FAR_ROW_MAX: its forward ran on naive).
     # No kernel has a mask and dropout together (dropout.dropout_reason keeps such calls off both).
     mask_tiles = attn_mask is not None and dropout is None and q.dtype in (torch.float16, torch.bfloat16) \
-        and tile_shape("mma", d, True) and not band and not deterministic \
+        and tile_shape("mma", d, True) and not deterministic \
         and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE) \
-        and not has_far_rows(attn_mask, (B, Hq, Nq, Nk))
+        and not has_far_rows(attn_mask, (B, Hq, Nq, Nk), bounds)
     d256 = d == 256 and q.device.type == "cuda" and _d256_fused_backward(
         q.dtype, _facts(q)[0], attn_mask, window, dropout)
     if (attn_mask is not None and not mask_tiles) or (d not in BWD_HEAD_DIMS and not d256) \
@@ -396,7 +401,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
     _set_band(p, causal_offset, window)
     if attn_mask is not None:
-        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "hopper" if hopper else "mma", d, backward=True)
+        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "hopper" if hopper else "mma", d, backward=True, band=bounds)
         _fill_mask_params(p, ffi, mask)
     _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
@@ -528,7 +533,8 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
                 raise ValueError("pass causal_offset or a CausalBias attn_mask, not both")
             attn_mask, is_causal, causal_offset = None, True, bias_offset
     band = has_band(causal_offset, window)
-    kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band)
+    kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band,
+                           causal_offset=causal_offset, window=window)
     if dropout_p > 0.0:   # dropout.py: a call it cannot take is refused before any kernel runs
         from . import dropout
 
@@ -581,7 +587,9 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     right. causal_offset=0 is torch's top-left; Nk - Nq bottom-right (flash-attn's alignment). attn_mask
     may be torch's causal_upper_left / causal_lower_right (a CausalBias): it runs as the band, no mask.
     mma and hopper take the band natively, forward and backward (key blocks outside it never loaded);
-    naive as a mask; tiled not. A row that sees no key gives 0, as torch's SDPA.
+    naive as a mask; tiled not. With an attn_mask too, mma and hopper take both tile by tile (a tile is
+    skipped if the mask or the band hides it all, unmasked if both show it all). A row that sees no key
+    gives 0, as torch's SDPA.
     """
     return attention_with_lse(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
                               kernel=kernel, deterministic=deterministic, window=window,

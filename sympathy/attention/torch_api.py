@@ -228,7 +228,8 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
             return Decision(reason=bad)
     if on_cuda:
         try:
-            picked = cuda._check_inputs(query, key, value, attn_mask, is_causal, scale, gqa, kernel, band)
+            picked = cuda._check_inputs(query, key, value, attn_mask, is_causal, scale, gqa, kernel, band,
+                                        causal_offset=causal_offset, window=window or (-1, -1))
         except (ValueError, TypeError, NotImplementedError, NotSupportedError) as exc:
             return Decision(reason=f"CUDA kernels: {exc}")
         if attn_mask is not None and picked == "naive" and not mask_kernel:
