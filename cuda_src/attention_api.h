@@ -60,7 +60,9 @@ typedef struct sy_attn_params {
        mask_lists: int32, per (mask batch, mask head, row block) [count, block << 2 | class,
        ...] by mask_list_strides (0 broadcasts); row blocks are query blocks of mask_block_q rows in the
        forward (entries: key blocks of mask_block_k) and key blocks in the backward (entries: query
-       blocks); a kernel refuses tiles of another shape. Not with a band, varlen or (mma) deterministic. */
+       blocks); a kernel refuses tiles of another shape. With a band (is_causal, causal_offset, window) the
+       lists must classify the mask and the band together (mask_tiles.py): partial tiles test the band per
+       score, full ones nothing. Not with varlen or (mma) deterministic. */
     int mask_kind;
     const int *mask_lists;
     int64_t mask_list_strides[3];

@@ -56,6 +56,13 @@ __host__ __device__ __forceinline__ BlockRange band_blocks(int first, int last, 
     return r;
 }
 
+// Whether (row, col) lies inside the band, lo <= col - row <= hi, as one unsigned compare (make_band keeps
+// lo <= hi, and |col - row - lo| stays far below 2^31: check_band): a partial attn_mask tile's per-score
+// test, where the mask and a band meet (attention_mask.cuh).
+__host__ __device__ __forceinline__ bool in_band(Band band, int row, int col) {
+    return static_cast<unsigned>(col - row - band.lo) <= static_cast<unsigned>(band.hi - band.lo);
+}
+
 // band_blocks with the mode known at compile time: without a band the range is every block from 0, which
 // the compiler then knows (a runtime loop start cost the sm_80 256-row mma kernel 16 more bytes of spill).
 template <int kMode>
@@ -79,6 +86,16 @@ inline Band make_band(int is_causal, int causal_offset, int has_window, int wind
     hi = std::min(std::max(hi, open_lo), open_hi);
     *mode = lo > open_lo ? kBandLocal : hi < open_hi ? kBandCausal : kBandNone;
     return Band{static_cast<int>(lo), static_cast<int>(hi)};
+}
+
+// make_band's band (not varlen) in int arithmetic, for a kernel that reads it off its parameters where it is used
+// (constant bank) rather than holding it in registers across its loops; check_band keeps every value in range.
+template <class P>
+__device__ __forceinline__ Band param_band(const P &p) {
+    const int open_lo = -(p.seqlen_q + 1), open_hi = p.seqlen_k;
+    const int lo = p.has_window && p.window_left >= 0 ? p.causal_offset - p.window_left : open_lo;
+    const int hi = p.is_causal ? p.causal_offset : p.has_window && p.window_right >= 0 ? p.causal_offset + p.window_right : open_hi;
+    return Band{min(max(lo, open_lo), open_hi), min(max(hi, open_lo), open_hi)};
 }
 
 // One sequence's band in a packed variable-length batch: the launch's band counts from the sequence's

@@ -97,18 +97,16 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 #endif
 template <class Tr, typename T, int kMode>
 int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
-    auto kernel = hopper_fwd_kernel<Tr, T, kMode>;
+    constexpr auto kernel = hopper_fwd_kernel<Tr, T, kMode>;
     // The kernel body exists only in an sm_90a build: a library built for another arch has none.
-    cudaFuncAttributes attrs;
-    cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
-    if (err != cudaSuccess) return static_cast<int>(err);
-    if (attrs.binaryVersion != 90) return kUnsupported;
+    int status = prepare_kernel<kernel>(Tr::kSmemBytes);
+    if (status != kOk) return status;
 
     // Varlen: one "batch" of total rows; each tile addresses its sequence's rows.
     constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     const int map_batch = kVarlen ? 1 : p.batch;
     CUtensorMap tm_q, tm_k, tm_v, tm_o = {};
-    int status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
+    status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
     if (status == kOk)
         status = encode_map(&tm_k, p.k, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.k_strides, Tr::kBlockN);
     if (status == kOk)
@@ -120,10 +118,9 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
         status = encode_map(&tm_o, p.o, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, p.batch, p.o_strides, 16);   // a warp's rows
     if (status != kOk) return status;
 
-    int device = 0, sms = 0;
-    if ((err = cudaGetDevice(&device)) != cudaSuccess ||
-        (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
-        return static_cast<int>(err);
+    cudaError_t err = cudaSuccess;
+    const int sms = current_sm_count(&err);
+    if (err != cudaSuccess) return static_cast<int>(err);
     TileScheduler sched;
     sched.n_mblocks = ceil_div(kVarlen ? p.max_seqlen_q : p.seqlen_q, Tr::kBlockM);
     sched.heads_q = p.heads_q;
@@ -131,8 +128,6 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     if (n_tiles > INT32_MAX) return kInvalid;
     sched.n_tiles = static_cast<int>(n_tiles);
 
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-    if (err != cudaSuccess) return static_cast<int>(err);
     // Persistent: one resident block per SM (shared memory and registers allow no second), the
     // counter zeroed on the stream, or for tiles of one length (TileScheduler) the static stride and no
     // counter. Otherwise a block per tile and no counter: the kernel must not draw tiles from a counter
@@ -160,16 +155,16 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
     // attn_mask tile by tile, not varlen: d = 128, and d = 64 on the 128 x 128 tiles of HopperTraitsD64Short
     // (two consumers at 240 registers; the three of HopperTraitsD64 at 160 spilled 68 bytes around the
     // mask's loads).
-    if constexpr (kVarlen == 0 && Tr::kBlockM == 128 && Tr::kBlockN == 128 && Tr::kHeadDim <= 128) {
-        if (p.mask_lists) {
-            if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
-            return launch<Tr, T, kBandMask>(p, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
-        }
-    }
-    if (p.mask_lists) return kUnsupported;
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode, kVarlen != 0);
+    if constexpr (kVarlen == 0 && Tr::kBlockM == 128 && Tr::kBlockN == 128 && Tr::kHeadDim <= 128) {
+        if (p.mask_lists) {   // the band rides along: the lists hold its classes, partial tiles test it
+            if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
+            return launch<Tr, T, kBandMask>(p, band, stream);
+        }
+    }
+    if (p.mask_lists) return kUnsupported;
     if (mode == kBandLocal) return launch<Tr, T, kBandLocal | kVarlen>(p, band, stream);
     return mode == kBandCausal ? launch<Tr, T, kBandCausal | kVarlen>(p, band, stream)
                                : launch<Tr, T, kBandNone | kVarlen>(p, band, stream);
@@ -180,16 +175,17 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
 // 240 registers, as without dropout; Tr is then that traits).
 template <class Tr, typename T>
 int launch_dropout(const sy_attn_params &p, cudaStream_t stream) {
-    if constexpr (Tr::kBlockM == 128 && Tr::kBlockN == 128) {
-        if (p.mask_lists) {
-            if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
-            return launch<Tr, T, kBandMask | kDropoutFlag>(p, Band{-(p.seqlen_q + 1), p.seqlen_k}, stream);
-        }
-    }
-    if (p.mask_lists) return kUnsupported;
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
+    if constexpr (Tr::kBlockM == 128 && Tr::kBlockN == 128) {
+        if (p.mask_lists) {   // no band beside the mask (the consumer tests none: hopper_fwd_consumer.cuh's mask)
+            if (mode != kBandNone) return kUnsupported;
+            if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
+            return launch<Tr, T, kBandMask | kDropoutFlag>(p, band, stream);
+        }
+    }
+    if (p.mask_lists) return kUnsupported;
     if (mode == kBandLocal) return kUnsupported;
     return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, band, stream)
                                : launch<Tr, T, kBandNone | kDropoutFlag>(p, band, stream);
@@ -225,7 +221,6 @@ extern "C" int sy_attn_hopper_fwd(const sy_attn_params *params, void *stream) {
     const sy_attn_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || (p.mask != nullptr && !p.mask_lists)) return kUnsupported;
-    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!device_is_sm90()) return kUnsupported;
     // Misaligned views: the Python layer copies them first; a direct C caller gets SY_EUNSUPPORTED.

@@ -25,42 +25,11 @@
 // The sm_90a body exists only where the arch-specific features do (as in attention_hopper.cu); the
 // launcher answers SY_EUNSUPPORTED elsewhere, and for the deterministic calls it cannot order (varlen,
 // fp16 at d = 64: the mma backward's separate dQ pass serves those).
+#include "hopper_bwd_config.cuh"     // stages and the dQ path, per head dim (-D overridable)
 #include "hopper_bwd_dropout.cuh"    // dropout: the forward's keep-mask, regenerated (attention_dropout.cuh), packed
 #include "hopper_bwd_mask.cuh"       // kBandMask: a partial attn_mask tile's P^T
 #include "hopper_bwd_pipeline.cuh"   // traits, shared memory, the producer warpgroup
 #include "softmax.cuh"                // fast_exp2
-
-// Query-tile stages per head dim, measured (bf16, H100, same run, docs/notes-attention-bwd.md): d = 64
-// three with the atomics (same speed not causal, +1-4 % causal, and the two-stage build spilled 40 bytes
-// in one fp16 instantiation), two with dQ through shared memory (three and the dQ shares exceed
-// 227 KiB); d = 128 two (three: +5 % not causal, -7 % causal at N = 4096; with dQ through shared memory
-// -6 % not causal). Overridable for same-run comparisons:
-// scripts/bwd_device.py --variant NAME=FILE@-DSY_HOPPER_BWD_D64_STAGES=2
-#ifndef SY_HOPPER_BWD_D64_STAGES
-#define SY_HOPPER_BWD_D64_STAGES 3
-#endif
-#ifndef SY_HOPPER_BWD_D64_TMA_STAGES
-#define SY_HOPPER_BWD_D64_TMA_STAGES 2
-#endif
-#ifndef SY_HOPPER_BWD_D128_STAGES
-#define SY_HOPPER_BWD_D128_STAGES 2
-#endif
-// dQ through shared memory (1, FlashAttention-3's way): each consumer warpgroup stores its 64 x 64 fp32
-// share of the tile's dQ to shared memory and goes on; a warp of the producer warpgroup adds it to
-// dq_accum with one 16 KiB bulk reduce-add (the copy engine), so the consumers issue no atomics. dq_accum
-// is then tile-major (a share's 4096 floats contiguous in the registers' order) and read back by
-// dq_tiled_convert_kernel. Measured 1.04-1.18x the atomics (docs/notes-attention-bwd.md, session b1).
-// Varlen calls and the fp16 d = 64 kernels keep the atomics (red.global.add.v4 from the consumers): at
-// d = 64 the shares leave room for two query-tile stages only, and the fp16 causal and local kernels
-// then spilled 16 bytes. 0: the atomics everywhere (for same-run comparisons).
-#ifndef SY_HOPPER_BWD_DQ_TMA
-#define SY_HOPPER_BWD_DQ_TMA 1
-#endif
-// Dropout's dQ (d = 128): 1 through shared memory as above (and a deterministic order), 0 the atomics
-// (the previous version; for same-run comparisons).
-#ifndef SY_HOPPER_BWD_DROPOUT_TMA
-#define SY_HOPPER_BWD_DROPOUT_TMA SY_HOPPER_BWD_DQ_TMA
-#endif
 
 namespace sy_attn {
 namespace {
@@ -79,6 +48,7 @@ template <class Tr, typename T, int kMode>
 struct BwdConsumer {
     static constexpr int kBand = kMode & 3;
     static constexpr bool kDropout = (kMode & kDropoutFlag) != 0;
+    static constexpr bool kMaskBand = (kMode & kMaskBandFlag) != 0;
     static constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     static constexpr bool kDqTma = Tr::kDqViaSmem && !kVarlen;
     using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
@@ -169,8 +139,8 @@ struct BwdConsumer {
 
     // P^T of a partial attn_mask tile (kBandMask): hopper_bwd_mask.cuh.
     __device__ __forceinline__ void mask_p(int stage, int n0, int m0, const sy_attn_bwd_params &p) {
-        masked_p_tile(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane,
-                      scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
+        masked_p_tile<kMaskBand>(tiles(s), sm.lse + stage * Tr::kBlockM, n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4,
+                                 m0, lane, scale_log2, p, [&](int kk) { pack_step(rP[kk], s, kk); });
     }
 
     // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV: the fp32 S^T registers are free once
@@ -273,8 +243,9 @@ struct BwdConsumer {
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
         // then dP^T and dV): issued together, dP^T's in-flight accumulators left no room for the mask's
-        // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap.
-        constexpr bool kMaskFirst = kBand == kBandMask && kMask && Tr::kHeadDim == 64;
+        // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap. At
+        // d = 128 too with a band (kMaskBand: the band's test beside the loads spilled 12-24 bytes there).
+        constexpr bool kMaskFirst = kBand == kBandMask && kMask && (Tr::kHeadDim == 64 || kMaskBand);
         // Dropout: the tile's keep bits were drawn at the end of the previous tile (draw_keep); dS^T is made
         // from P^T (undropped, in rP) and Z o dP^T / (1 - p), and only then rP becomes P^T o Z for dV
         // (scaled by 1 / (1 - p) at the store), so no copy of P^T is kept (16 / 32 registers at d = 128 /
@@ -475,16 +446,14 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 // ---- host -----------------------------------------------------------------------------------------------
 template <class Tr, typename T, int kMode>
 int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream_t stream) {
-    auto kernel = hopper_bwd_kernel<Tr, T, kMode>;
-    cudaFuncAttributes attrs;
-    cudaError_t err = cudaFuncGetAttributes(&attrs, kernel);
-    if (err != cudaSuccess) return static_cast<int>(err);
-    if (attrs.binaryVersion != 90) return kUnsupported;   // the body exists only in an sm_90a build
+    constexpr auto kernel = hopper_bwd_kernel<Tr, T, kMode>;
+    int status = prepare_kernel<kernel>(Tr::kSmemBytes);   // the body exists only in an sm_90a build
+    if (status != kOk) return status;
 
     constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     const int map_batch = kVarlen ? 1 : p.batch;   // varlen: the packed rows as one batch
     CUtensorMap tm_q, tm_do, tm_k, tm_v;
-    int status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
+    status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
     if (status == kOk)
         status = encode_map(&tm_do, p.dout, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.dout_strides,
                             Tr::kBlockM);
@@ -501,11 +470,10 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk) return status;
     if (p.deterministic) {   // the per-tile counters after dq_accum (only tile-major launches get here)
         const size_t sem_bytes = static_cast<size_t>(p.batch) * p.heads_q * (rows_per_head / Tr::kBlockM) * sizeof(int);
-        if ((err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, sem_bytes, stream)) != cudaSuccess)
+        const cudaError_t err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, sem_bytes, stream);
+        if (err != cudaSuccess)
             return static_cast<int>(err);
     }
-    if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
-        return static_cast<int>(err);
     dim3 grid(ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
@@ -557,27 +525,29 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     // Dropout at d = 64 is not instantiated (a copy of P over the 128-query tile's registers spilled 60-176
     // bytes; the mma backward serves it: sympathy/attention/cuda.py picks it). At d = 128 dQ goes through
     // shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are served too.
-    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles; no
-    // band, varlen or deterministic order (sy_attn_hopper_bwd refuses them).
+    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles, with
+    // the launch's band (its classes in the lists, its test in partial tiles); no varlen or deterministic
+    // order (sy_attn_hopper_bwd refuses them).
     if (p.mask_lists) {
-        const Band none{-(p.seqlen_q + 1), p.seqlen_k};
-        // With dropout: fp16 at d = 128 only. bf16 is not instantiated: its consumers spilled 12 bytes (ptxas
-        // -v, sm_90a; 28 with P^T o Z's two-bit-mask form) where fp16's spill none; the mma backward serves it.
+        int mode;
+        const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                    p.seqlen_k, &mode);
+        const bool tiles_ok = p.head_dim == 64 ? check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN)
+                                               : check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN);
+        if (!tiles_ok) return kInvalid;
+        // With dropout: fp16 at d = 128 without a band only. bf16 is not instantiated: its consumers spilled
+        // 12 bytes (ptxas -v, sm_90a; 28 with P^T o Z's two-bit-mask form) where fp16's spill none; the mma
+        // backward serves it (and a band).
         if (p.dropout_p > 0.f) {
-            using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
-            if constexpr (std::is_same<T, __half>::value) {
-                if (p.head_dim != 128) return kUnsupported;
-                return check_mask(p, TraitsDropout::kBlockM, TraitsDropout::kBlockN)
-                           ? launch<TraitsDropout, T, kBandMask | kDropoutFlag>(p, rows_per_head, none, stream)
-                           : kInvalid;
-            }
+            if constexpr (std::is_same<T, __half>::value)
+                if (p.head_dim == 128 && mode == kBandNone) return launch<TraitsD128, T, kBandMask | kDropoutFlag>(p, rows_per_head, band, stream);
             return kUnsupported;
         }
         if (p.head_dim == 64)
-            return check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN) ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, none, stream)
-                                                                         : kInvalid;
-        return check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN) ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, none, stream)
-                                                                       : kInvalid;
+            return mode == kBandNone ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
+                                     : launch<TraitsD64, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
+        return mode == kBandNone ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, band, stream)
+                                 : launch<TraitsD128, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
     }
     if (p.dropout_p > 0.f) {
         using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
@@ -602,10 +572,10 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32) return kUnsupported;
     if (p.mask && !p.mask_lists) return kUnsupported;   // attn_mask: tile by tile only (its lists)
-    // A mask with a band, varlen or the deterministic order: not instantiated (the mma backward or the
-    // torch-math backward serves them); a mask with dropout: fp16 at d = 128 only (launch_head_dim).
-    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window || p.cu_seqlens_q || p.deterministic))
-        return kUnsupported;
+    // A mask with varlen or the deterministic order: not instantiated (the mma backward or the torch-math
+    // backward serves them). A band beside the mask is served (kBandMask takes the launch's band); with
+    // dropout, launch_head_dim says what is.
+    if (p.mask_lists && (p.cu_seqlens_q || p.deterministic)) return kUnsupported;
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
     if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
                             (p.dropout_p != 0.f && !SY_HOPPER_BWD_DROPOUT_TMA)))

@@ -13,15 +13,19 @@
 // order, so entry 0 of a row with nothing to see is block 0, empty: the hopper forward, whose pipeline
 // walks at least one block per tile, walks that one fully masked (rows give 0 and an LSE of -inf).
 //
-// A kernel mode beside the band's (attention_band.cuh): kBandMask takes no band (torch refuses attn_mask
-// with is_causal; a window with a mask runs on `naive`), so one instantiation per kernel, dtype and head
-// dim is all it adds.
+// A kernel mode beside the band's (attention_band.cuh), one instantiation per kernel, dtype and head dim.
+// It takes the launch's band too (a sliding window, a moved diagonal; open when none): the pre-pass
+// classifies each tile by the mask and the band together (empty if either hides it all, full only if
+// both show it all), so the band costs nothing outside the partial tiles, and a partial tile tests it
+// per score beside the mask's element (in_band: one compare). The lists must be built with the same
+// band as the launch's (make_band of the parameters): a full tile is run without any test.
 //
 // Scores: the kernels scale raw scores q.k later (exp2(s * scale * log2 e - m)), so the mask enters in
 // raw units, s + mask / scale (torch: s * scale + mask); a bool mask gives s or -inf. scale > 0 here (the
 // Python layer turns a negative scale into -q, and keeps masks with a zero or tiny scale on `naive`).
 #pragma once
 
+#include "attention_band.cuh"
 #include "attention_common.cuh"
 
 namespace sy_attn {
@@ -72,10 +76,12 @@ struct MaskTile {
     }
 
     // Score s (raw q.k) of element (row, col) of the mask (row: query, col: key) with the mask applied:
-    // -inf past the edges and in an empty tile; a full tile leaves every other score as it is.
-    __device__ __forceinline__ float score(float s, int row, int col) const {
+    // -inf past the edges and in an empty tile; a full tile leaves every other score as it is; a partial
+    // one gives -inf outside the band (no load) and reads the mask inside it.
+    __device__ __forceinline__ float score(float s, int row, int col, Band band) const {
         if (row >= n_rows || col >= n_cols || cls == kTileEmpty) return -INFINITY;
         if (cls == kTileFull) return s;
+        if (!in_band(band, row, col)) return -INFINITY;
         const int64_t at = base + row * row_stride + col * col_stride;
         if (kind == kMaskBool) return __ldg(static_cast<const unsigned char *>(data) + at) ? s : -INFINITY;
         return s + __ldg(static_cast<const float *>(data) + at) * inv_scale;

@@ -174,7 +174,7 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
 #pragma unroll
                         for (int c = 0; c < 2; ++c) {
                             float &s = rS[ma][nt][2 * half + c];
-                            s = t.score(s, row0 + ma * 16 + half * 8, col0 + nt * 8 + c);
+                            s = t.score(s, row0 + ma * 16 + half * 8, col0 + nt * 8 + c, band);
                         }
         } else if constexpr (kMask) {
             // Thread (lane) holds rows lane/4 (+8) and columns 2 (lane%4) (+1) of every n8 tile; a
@@ -295,14 +295,13 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
 // of the block idle on the band's edges) and the 256-row tile without one.
 template <class Tr, class TrBand, class TrMask, typename T>
 int launch_band(const sy_attn_params &p, cudaStream_t stream) {
-    if (p.mask_lists) {   // attn_mask tile by tile (attention_mask.cuh), with or without dropout
-        if (!check_mask(p, TrMask::kBlockM, TrMask::kBlockN)) return kInvalid;
-        const Band all{-(p.seqlen_q + 1), p.seqlen_k};
-        return p.dropout_p > 0.f ? launch<TrMask, T, kBandMask, true>(p, all, stream) : launch<TrMask, T, kBandMask>(p, all, stream);
-    }
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
+    if (p.mask_lists) {   // attn_mask tile by tile (attention_mask.cuh), with the band in its partial tiles, dropout or not
+        if (!check_mask(p, TrMask::kBlockM, TrMask::kBlockN)) return kInvalid;
+        return p.dropout_p > 0.f ? launch<TrMask, T, kBandMask, true>(p, band, stream) : launch<TrMask, T, kBandMask>(p, band, stream);
+    }
     if (p.dropout_p > 0.f) {   // dropout: no window (not instantiated)
         if (mode == kBandLocal) return kUnsupported;
         return mode == kBandCausal ? launch<TrBand, T, kBandCausal, true>(p, band, stream)
@@ -328,7 +327,6 @@ extern "C" int sy_attn_mma_fwd(const sy_attn_params *params, void *stream) {
     const sy_attn_params &p = *params;
     if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || (p.mask != nullptr && !p.mask_lists)) return kUnsupported;
-    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
     if (!aligned16(p.q, p.q_strides) || !aligned16(p.k, p.k_strides) || !aligned16(p.v, p.v_strides))
         return kInvalid;

@@ -214,7 +214,8 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
                     for (int r = 0; r < 4; ++r) {
                         float s = rS[nt][r];
                         if constexpr (kMask && kMode == kBandMask) {
-                            s = mask_t.score(s, m0 + q0 + Fragment::col(nt, r % 2, lane), key_row0 + Fragment::row(r, lane));
+                            s = mask_t.score(s, m0 + q0 + Fragment::col(nt, r % 2, lane), key_row0 + Fragment::row(r, lane),
+                                             band);
                         } else if constexpr (kMask) {
                             const int key = key_row0 + Fragment::row(r, lane);
                             const int ahead = key - (m0 + q0 + Fragment::col(nt, r % 2, lane));   // key - query
@@ -519,15 +520,14 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
 
 template <class Tr, class TrDq, typename T>
 int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
-    if (p.mask_lists) {   // attn_mask tile by tile: key-major lists of (kBlockM-query) tiles per kBlockN keys
-        if (p.deterministic || !check_mask(p, Tr::kBlockM, Tr::kBlockN)) return p.deterministic ? kUnsupported : kInvalid;
-        const Band all{-(p.seqlen_q + 1), p.seqlen_k};
-        return p.dropout_p > 0.f ? launch<Tr, TrDq, T, kBandMask, true>(p, rows_per_head, all, stream)
-                                 : launch<Tr, TrDq, T, kBandMask>(p, rows_per_head, all, stream);
-    }
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
+    if (p.mask_lists) {   // attn_mask tile by tile: key-major lists of (kBlockM-query) tiles per kBlockN keys, the band
+        if (p.deterministic || !check_mask(p, Tr::kBlockM, Tr::kBlockN)) return p.deterministic ? kUnsupported : kInvalid;
+        return p.dropout_p > 0.f ? launch<Tr, TrDq, T, kBandMask, true>(p, rows_per_head, band, stream)
+                                 : launch<Tr, TrDq, T, kBandMask>(p, rows_per_head, band, stream);
+    }
     if (p.dropout_p > 0.f) {   // dropout: no window (not instantiated)
         if (mode == kBandLocal) return kUnsupported;
         return mode == kBandCausal ? launch<Tr, TrDq, T, kBandCausal, true>(p, rows_per_head, band, stream)
@@ -586,7 +586,6 @@ extern "C" int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream) {
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return kUnsupported;
     if (p.dtype == SY_ATTN_F32 || p.cu_seqlens_q || p.cu_seqlens_k) return kUnsupported;   // varlen: hopper only
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
-    if (p.mask_lists && (p.is_causal || p.causal_offset || p.has_window)) return kUnsupported;   // a mask or a band
     if (!p.lse_log2 || (!p.deterministic && !p.dq_accum)) return kInvalid;
     if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;
     if (!rows_aligned(p.q, p.q_strides, 16) || !rows_aligned(p.k, p.k_strides, 16) ||

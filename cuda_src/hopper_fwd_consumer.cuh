@@ -152,7 +152,9 @@ struct Consumer {
     // local, from another), so one compare per score (two).
     __device__ __forceinline__ void mask(const TileWork &x, int j, const sy_attn_params &p, Band band) {
         if constexpr (kBand == kBandMask) {   // j: the list entry (first_block is 0)
-            mask_entry<true>(x, j, p);
+            // With dropout no band (the launcher refuses one): the open band from the parameters, not the
+            // kernel's band held in registers (4 bytes spilled at d = 128 with it).
+            mask_entry<true>(x, j, p, kDropout ? Band{-(p.seqlen_q + 1), p.seqlen_k} : band);
             return;
         }
         int len_q, seqlen_k;
@@ -172,11 +174,12 @@ struct Consumer {
     }
 
     // kBandMask: entry j of tile x's list applied to S (attention_mask.cuh). kRead: a partial tile reads the
-    // mask; without it only the edges and an empty tile are masked, with no load. A tile's first block
-    // (fold_first) is never partial (mask_tiles.py puts a full or an empty block first): there the previous
-    // tile's O, its last P V in flight and the saved softmax are all live, and the loads spilled 500 bytes.
+    // mask (and tests the band); without it only the edges and an empty tile are masked, with no load. A
+    // tile's first block (fold_first) is never partial (mask_tiles.py puts a full or an empty block first):
+    // there the previous tile's O, its last P V in flight and the saved softmax are all live, and the loads
+    // spilled 500 bytes.
     template <bool kRead>
-    __device__ __forceinline__ void mask_entry(const TileWork &x, int j, const sy_attn_params &p) {
+    __device__ __forceinline__ void mask_entry(const TileWork &x, int j, const sy_attn_params &p, Band band = Band{}) {
         const int e = __ldg(p.mask_lists + x.list + 1 + j);
         const int col0 = MaskWalk::block(e) * Tr::kBlockN + thread_col, row = row0 + thread_row;
         const MaskTile t = mask_tile(p, x.b, x.h, e);
@@ -187,7 +190,7 @@ struct Consumer {
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
                     float &s = rS[0][nt][2 * half + c];
-                    s = kRead ? t.score(s, row + half * 8, col0 + nt * 8 + c) : t.edge(s, row + half * 8, col0 + nt * 8 + c);
+                    s = kRead ? t.score(s, row + half * 8, col0 + nt * 8 + c, band) : t.edge(s, row + half * 8, col0 + nt * 8 + c);
                 }
     }
 

@@ -4,6 +4,8 @@
 // maps and the checks that decide whether a call can take these kernels.
 #pragma once
 
+#include <atomic>
+
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -207,6 +209,42 @@ inline bool device_is_sm90() {
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
     return major == 9 && minor == 0;
+}
+
+// Host fact served: cudaFuncGetAttributes, cudaFuncSetAttribute and cudaDeviceGetAttribute are runtime
+// calls of a microsecond or more each, and at N <= 1024 a whole kernel runs tens of microseconds: what
+// cannot change between calls is asked once per kernel (or per process) and device, then read from a
+// word of bits (one per device; devices past 63 ask every time).
+inline unsigned long long device_bit(int device) { return device >= 0 && device < 64 ? 1ull << device : 0; }
+
+// kKernel's sm_90a body exists (a library built for another arch has an empty kernel) and its dynamic
+// shared memory may grow to smem_bytes, on the current device: kOk, kUnsupported or a CUDA error.
+template <auto kKernel>
+int prepare_kernel(int smem_bytes) {
+    static std::atomic<unsigned long long> ready{0};
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return static_cast<int>(err);
+    const unsigned long long bit = device_bit(device);
+    if (ready.load(std::memory_order_acquire) & bit) return kOk;
+    cudaFuncAttributes attrs;
+    if ((err = cudaFuncGetAttributes(&attrs, kKernel)) != cudaSuccess) return static_cast<int>(err);
+    if (attrs.binaryVersion != 90) return kUnsupported;
+    if ((err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes)) != cudaSuccess)
+        return static_cast<int>(err);
+    ready.fetch_or(bit, std::memory_order_release);
+    return kOk;
+}
+
+// The current device's SM count (0 with *err set on failure).
+inline int current_sm_count(cudaError_t *err) {
+    static std::atomic<int> known[64];   // zero-initialised: 0 means not asked yet
+    int device = 0, sms = 0;
+    if ((*err = cudaGetDevice(&device)) != cudaSuccess) return 0;
+    if (device_bit(device) && (sms = known[device].load(std::memory_order_relaxed)) > 0) return sms;
+    if ((*err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return 0;
+    if (device_bit(device)) known[device].store(sms, std::memory_order_relaxed);
+    return sms;
 }
 
 

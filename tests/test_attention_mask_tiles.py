@@ -123,7 +123,7 @@ def test_backward_lists_are_the_transposed_tiles(kernel, d, data):
     (dict(attn_mask=torch.ones(4, 4, dtype=torch.int32)), TypeError, "bool or floating point"),
     (dict(attn_mask=torch.ones(3, 5, dtype=torch.bool)), ValueError, "does not broadcast"),
     (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool), is_causal=True), ValueError, "not both"),
-    (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool), window=(2, 0), kernel="mma"), NotImplementedError, "naive"),
+    (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool), window=(2, 0), kernel="tiled"), NotImplementedError, "'mma'"),
     (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool), kernel="tiled"), NotImplementedError, "'mma'"),
 ])
 def test_bad_mask_calls_raise_before_any_device_is_touched(kwargs, error, words):

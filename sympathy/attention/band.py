@@ -11,8 +11,9 @@ of flash-attn, and of a KV-cache prefill (the Nq new queries are the last Nq of 
 A row that sees no key gives 0 (and an LSE of -inf), as torch's SDPA answers such rows.
 
 The `mma` and `hopper` kernels take the band natively (cuda_src/attention_band.cuh: blocks outside it
-are never loaded, blocks inside run unmasked); the `naive` kernel and the torch-math backward take it
-as the boolean mask `band_mask` builds. This module is plain Python over ints; torch is imported only
+are never loaded, blocks inside run unmasked), also beside an attn_mask (mask_tiles.py classifies the
+tiles by both; band_bounds gives it (lo, hi) as the kernels' make_band does); the `naive` kernel and the
+torch-math backward take it as the boolean mask `band_mask` builds. This module is plain Python over ints; torch is imported only
 where a tensor is made.
 """
 from __future__ import annotations
@@ -54,10 +55,27 @@ def has_band(causal_offset: int, window: Tuple[int, int]) -> bool:
     return causal_offset != 0 or tuple(window) != NO_WINDOW
 
 
+def band_bounds(n_q: int, n_kv: int, is_causal: bool, causal_offset: int = 0, window=NO_WINDOW) -> Tuple[int, int]:
+    """(lo, hi): row i sees keys i + lo .. i + hi, exactly as attention_band.cuh's make_band computes them
+    (the kernels and the tile classification of mask_tiles.py must agree): an open side takes a bound no
+    row reaches, lo = -(Nq + 1) or hi = Nk, and both are clamped into [-(Nq + 1), Nk] (so lo <= hi)."""
+    open_lo, open_hi = -(n_q + 1), n_kv
+    left, right = window
+    lo = causal_offset - left if left >= 0 else open_lo
+    hi = causal_offset if is_causal else causal_offset + right if right >= 0 else open_hi
+    return min(max(lo, open_lo), open_hi), min(max(hi, open_lo), open_hi)
+
+
 def causal_bias_band(attn_mask, is_causal: bool, n_q: int, n_kv: int) -> Optional[int]:
     """attn_mask a torch CausalBias (causal_upper_left / causal_lower_right): its causal_offset (0 or
     Nk - Nq); None for any other mask. torch's own errors: is_causal beside it (ValueError), and a bias
     made for other lengths."""
+    if attn_mask is None:
+        return None
+    import torch
+
+    if type(attn_mask) is torch.Tensor:   # the usual mask, told apart before the import below (~28 us a call)
+        return None
     try:
         from torch.nn.attention.bias import CausalBias, CausalVariant
     except ImportError:   # torch without the bias module: no CausalBias can exist

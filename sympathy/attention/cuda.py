@@ -13,7 +13,8 @@ Four kernels, a ladder (cuda_src/attention_{naive,tiled,mma,hopper}.cu):
             consumer warpgroups (fp16/bf16, d 64/128)
 The band (band.py): `causal_offset` moves the causal diagonal (Nk - Nq: bottom-right, KV-cache prefill)
 and `window=(left, right)` is a sliding window (flash-attn's window_size), natively in mma and hopper,
-forward and backward; naive takes it as a mask.
+forward and backward, also beside an attn_mask (the mask's tiles intersected with the band's, mask_tiles.py);
+naive takes it as a mask.
 Backward (d = 64 or 128, no mask): FlashAttention-2's algorithm on tensor cores for fp16/bf16, with
 wgmma and TMA after a `hopper` forward (cuda_src/attention_hopper_bwd.cu, FlashAttention-3 class) and
 mma.sync otherwise or when deterministic in fp16 at d = 64 (cuda_src/attention_mma_bwd.cu); fp32 math on CUDA cores for
@@ -29,9 +30,9 @@ import math
 from typing import Optional, Tuple
 
 from .._errors import NotSupportedError
-from . import cuda_build
+from . import cuda_build, eager
 from ._checks import check_dropout
-from .band import NO_WINDOW, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
+from .band import NO_WINDOW, band_bounds, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
 from .cuda_build import _raise_for_status, _torch, device_arch, library
 from .mask_tiles import FAR_ROW_MAX, MIN_FLOAT_MASK_SCALE, fill_params as _fill_mask_params, has_far_rows, \
     prepare as _prepare_mask, tile_shape
@@ -84,9 +85,14 @@ _DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}   # enum sy_attn_dtyp
 
 
 # ---- input checks (before anything touches a device) ----------------------------------------------------
+def _facts(t):
+    """(compute capability, SM count, nvcc arch) of CUDA tensor t's device, asked once per process."""
+    return cuda_build.device_facts(cuda_build.device_index(t.device))
+
+
 def _on_hopper(t) -> bool:
     """t lives on an sm_90 GPU (H100/H200), where the `hopper` kernel runs."""
-    return t.device.type == "cuda" and _torch().cuda.get_device_capability(t.device) == (9, 0)
+    return t.device.type == "cuda" and _facts(t)[0] == (9, 0)
 
 
 def _mask_tiles_on(kernel: str, d: int) -> bool:
@@ -96,7 +102,8 @@ def _mask_tiles_on(kernel: str, d: int) -> bool:
 
 def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
     """The kernel to run: "auto" resolved, and the kernel's dtype / head-dim / mask support checked.
-    band: the call has a causal_offset or a window (mma and hopper take it; naive as a mask)."""
+    band: the call has a causal_offset or a window (mma and hopper take it, with or without attn_mask: the
+    mask's tiles are intersected with the band's, mask_tiles.py; naive as a mask)."""
     torch = _torch()
     d = q.shape[-1]
     if kernel not in KERNELS + ("auto",):
@@ -105,10 +112,10 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
     if kernel == "auto":
         if attn_mask is not None:   # tile by tile (mask_tiles.py) where a kernel takes it
             kernel = "naive"
-            if half and not band and q.device.type == "cuda":
+            if half and q.device.type == "cuda":
                 if _mask_tiles_on("hopper", d) and _on_hopper(q):
                     kernel = "hopper"
-                elif tile_shape("mma", d) and torch.cuda.get_device_capability(q.device) >= (8, 0):
+                elif tile_shape("mma", d) and _facts(q)[0] >= (8, 0):
                     kernel = "mma"
         elif half and d in HOPPER_HEAD_DIMS and _on_hopper(q):
             kernel = "hopper"
@@ -119,8 +126,6 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
         else:
             kernel = "naive"
     if attn_mask is not None and kernel != "naive":
-        if band:
-            raise NotImplementedError("attn_mask with window or causal_offset runs on kernel='naive' only")
         if kernel not in ("mma", "hopper") or not _mask_tiles_on(kernel, d):
             raise NotImplementedError(f"attn_mask runs on kernel='mma' (d 64, 128), 'hopper' (d 64, 128) and 'naive'; "
                                       f"got kernel={kernel!r} with d={d}")
@@ -138,9 +143,11 @@ def _resolve_kernel(q, attn_mask, kernel: str, band: bool = False) -> str:
     return kernel
 
 
-def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band: bool = False) -> str:
+def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band: bool = False, *,
+                  causal_offset: int = 0, window=NO_WINDOW) -> str:
     """Validate everything that can be validated without a device; return the kernel to run.
-    band: the call has a causal_offset or a window (checked by band.py)."""
+    band: the call has a causal_offset or a window (checked by band.py); with attn_mask the far-row check
+    (mask_tiles.FAR_ROW_MAX) looks inside the band that causal_offset and window make."""
     torch = _torch()
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -195,7 +202,8 @@ def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band
         if requested != "auto":   # the kernels add mask / scale (mask_tiles.py)
             raise NotImplementedError(f"a float attn_mask with |scale| < {MIN_FLOAT_MASK_SCALE} runs on kernel='naive' only")
         kernel = "naive"
-    if attn_mask is not None and kernel in ("mma", "hopper") and has_far_rows(attn_mask, (B, Hq, Nq, k.shape[2])):
+    bounds = band_bounds(Nq, k.shape[2], is_causal, causal_offset, window or NO_WINDOW) if band else None
+    if attn_mask is not None and kernel in ("mma", "hopper") and has_far_rows(attn_mask, (B, Hq, Nq, k.shape[2]), bounds):
         if requested != "auto":
             raise NotImplementedError(f"attn_mask has a row whose largest element is below {FAR_ROW_MAX:g} (a fully "
                                       "masked row in additive form, such as torch.finfo(dtype).min): the fused kernels "
@@ -213,8 +221,8 @@ def _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band
 # ---- launch ---------------------------------------------------------------------------------------------
 def _aligned_rows(t) -> bool:
     """cp.async moves 16 bytes and TMA needs 16-byte strides: every row of t must start on a
-    16-byte boundary."""
-    return t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:3])
+    16-byte boundary, its elements side by side (a gradient from out.sum() arrives expanded: stride 0)."""
+    return t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:3])
 
 
 # The smallest normal float32, 2^-126: what a zero scale reaches the kernels as (see _kernel_q_and_scale).
@@ -258,13 +266,13 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     sees keys i + causal_offset - left .. i + causal_offset + right (is_causal: right = 0). mma and
     hopper take it natively; naive as a mask. A row that sees no key gives 0 and an LSE of -inf."""
     torch = _torch()
-    arch = device_arch(q.device)
+    capability, _, arch = _facts(q)
     if kernel == "naive" and has_band(causal_offset, window):
         attn_mask = merge_mask(attn_mask, q.shape[2], k.shape[2], is_causal, causal_offset, window, q.device)
         is_causal, causal_offset, window = False, 0, NO_WINDOW
     q, scale, _ = _kernel_q_and_scale(q, scale)
     if kernel == "mma":
-        if torch.cuda.get_device_capability(q.device) < (8, 0):
+        if capability < (8, 0):
             raise NotSupportedError(f"kernel='mma' needs compute capability 8.0 or newer; this GPU is {arch}")
         # A view whose rows are not 16-byte aligned is copied once rather than refused.
         q, k, v = (t if _aligned_rows(t) else t.contiguous() for t in (q, k, v))
@@ -289,8 +297,9 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     p.lse = ffi.cast("float *", lse.data_ptr())
     for field, t in (("q_strides", q), ("k_strides", k), ("v_strides", v), ("o_strides", out)):
         getattr(p, field)[0:3] = list(t.stride()[:3])
-    if attn_mask is not None and kernel in ("mma", "hopper"):   # tile by tile (mask_tiles.py)
-        mask_tiles = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), kernel, d)
+    if attn_mask is not None and kernel in ("mma", "hopper"):   # tile by tile (mask_tiles.py), with the band
+        bounds = band_bounds(Nq, Nk, is_causal, causal_offset, window) if has_band(causal_offset, window) else None
+        mask_tiles = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), kernel, d, band=bounds)
         _fill_mask_params(p, ffi, mask_tiles)
     elif attn_mask is not None:
         if attn_mask.dtype == torch.bool:   # True takes part (torch's convention)
@@ -310,9 +319,7 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     _set_band(p, causal_offset, window)
     _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        status = getattr(lib, f"sy_attn_{kernel}_fwd")(p, ffi.cast("void *", stream))
+    status = cuda_build.launch_on(q.device, getattr(lib, f"sy_attn_{kernel}_fwd"), p)
     _raise_for_status(status, lib, f"attention kernel {kernel!r} (B={B}, H={Hq}, Nq={Nq}, Nk={Nk}, d={d})")
     return out, lse
 
@@ -321,7 +328,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
                 kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW, dropout=None):
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
     `hopper` forward unless deterministic, else attention_mma_bwd.cu (mma.sync); attention_bwd.cu (fp32
-    math) for float32; attn_mask (fp16/bf16, d 64/128, no band, not deterministic) tile by tile on the
+    math) for float32; attn_mask (fp16/bf16, d 64/128, with or without a band, not deterministic) tile by tile on the
     hopper backward after a `hopper` call, on the mma backward otherwise (mask_tiles.py); d = 256 where
     _d256_fused_backward says on attention_hopper_bwd256.cu (wgmma) after a `hopper` forward unless
     deterministic (_d256_hopper_backward), else on the mma backward; _math_backward for other masks and head dims, and for a
@@ -330,16 +337,17 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     B, Hq, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     band = has_band(causal_offset, window)
+    bounds = band_bounds(Nq, Nk, is_causal, causal_offset, window) if band else None
     # attn_mask: tile by tile (mask_tiles.py) on the hopper backward after a `hopper` call (dQ through shared
     # memory), on the mma backward otherwise (atomic dQ), else the math backward (deterministic: neither
     # kernel orders a masked dQ; a mask with far rows, mask_tiles.FAR_ROW_MAX: its forward ran on naive).
     # No kernel has a mask and dropout together (dropout.dropout_reason keeps such calls off both).
     mask_tiles = attn_mask is not None and dropout is None and q.dtype in (torch.float16, torch.bfloat16) \
-        and tile_shape("mma", d, True) and not band and not deterministic \
+        and tile_shape("mma", d, True) and not deterministic \
         and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE) \
-        and not has_far_rows(attn_mask, (B, Hq, Nq, Nk))
+        and not has_far_rows(attn_mask, (B, Hq, Nq, Nk), bounds)
     d256 = d == 256 and q.device.type == "cuda" and _d256_fused_backward(
-        q.dtype, torch.cuda.get_device_capability(q.device), attn_mask, window, dropout)
+        q.dtype, _facts(q)[0], attn_mask, window, dropout)
     if (attn_mask is not None and not mask_tiles) or (d not in BWD_HEAD_DIMS and not d256) \
             or (band and q.dtype == torch.float32):
         if dropout is not None:   # dropout.dropout_reason keeps such calls off the fused dropout
@@ -352,7 +360,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
         q, k, v, dout = (t if _aligned_rows(t) else t.contiguous() for t in (q, k, v, dout))
     elif dout.stride(-1) != 1:
         dout = dout.contiguous()
-    ffi, lib = library(device_arch(q.device))
+    ffi, lib = library(_facts(q)[2])
     grads = [torch.empty(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v)]
     f32 = dict(dtype=torch.float32, device=q.device)
     # Workspaces (attention_api.h says which family needs which). Released on return while the
@@ -393,15 +401,13 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
     _set_band(p, causal_offset, window)
     if attn_mask is not None:
-        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "hopper" if hopper else "mma", d, backward=True)
+        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "hopper" if hopper else "mma", d, backward=True, band=bounds)
         _fill_mask_params(p, ffi, mask)
     _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_hopper_bwd256 if hopper256 \
         else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        status = launch(p, ffi.cast("void *", stream))
+    status = cuda_build.launch_on(q.device, launch, p)
     _raise_for_status(status, lib, f"attention backward (B={B}, H={Hq}, Nq={Nq}, Nk={Nk}, d={d})")
     if dq_sign < 0:
         grads[0].neg_()
@@ -470,24 +476,35 @@ def _attention_op():
 
 def _direct_call_ok(*tensors) -> bool:
     """A forward may run _launch directly, as torch.ops.sympathy.attention_fwd's body does, when nothing
-    needs the op itself: no gradient will flow (no grad mode, or no input requires grad), nothing traces
-    (torch.compile / export), no dispatch mode watches (FakeTensorMode, make_fx, FlopCounterMode), and
-    every input is a plain tensor (no FakeTensor or other subclass, no vmap/grad wrapper). Host fact it
-    serves: at N = 1024 a forward's kernel runs about 120-330 us, no longer than our host time per call, so
-    back-to-back calls can leave the GPU waiting for the launch; the custom op's Python dispatch is about
-    20 us of that host time (measured on the H100's host: 221 against 240 us a call, docs/notes-hopper.md
-    fwd21)."""
+    needs the op itself: no gradient will flow (no grad mode, or no input requires grad) and nothing but
+    eager execution watches (eager.untraced). Host fact it serves: eager.py's (the op's dispatch is host
+    time on every call, and at N <= 1024 a kernel is no longer than that)."""
     torch = _torch()
-    if torch.compiler.is_compiling():
-        return False
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return False
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    return eager.untraced(torch, *tensors)
 
-    if _get_current_dispatch_mode() is not None:
-        return False
-    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
-    return wrapped is not None and all(t is None or (type(t) is torch.Tensor and not wrapped(t)) for t in tensors)
+
+_eager_function = None
+
+
+def _run_checked(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, deterministic: bool,
+                 window=NO_WINDOW, causal_offset: int = 0):
+    """(out, lse) of a call that _check_inputs passed (kernel: the one it picked). Eager calls skip the
+    custom op's dispatch (eager.py): without autograd _launch itself, with it eager.attention_function;
+    under torch.compile, export, a dispatch mode or functorch, torch.ops.sympathy.attention_fwd."""
+    global _eager_function
+    torch = _torch()
+    if eager.untraced(torch, q, k, v, attn_mask):
+        if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+            return _launch(q, k, v, attn_mask, is_causal, scale, kernel, causal_offset=causal_offset, window=window)
+        if _eager_function is None:
+            _eager_function = eager.attention_function(torch, _launch, _launch_bwd)
+        return _eager_function.apply(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset,
+                                     tuple(window))
+    if not has_band(causal_offset, window):   # the eight-argument form: the graph of an unbanded call is what it was
+        return _attention_op()(q, k, v, attn_mask, is_causal, scale, kernel, deterministic)
+    return _attention_op()(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset, *window)
 
 
 def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
@@ -516,7 +533,8 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
                 raise ValueError("pass causal_offset or a CausalBias attn_mask, not both")
             attn_mask, is_causal, causal_offset = None, True, bias_offset
     band = has_band(causal_offset, window)
-    kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band)
+    kernel = _check_inputs(q, k, v, attn_mask, is_causal, scale, enable_gqa, kernel, band,
+                           causal_offset=causal_offset, window=window)
     if dropout_p > 0.0:   # dropout.py: a call it cannot take is refused before any kernel runs
         from . import dropout
 
@@ -528,11 +546,7 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
     if dropout_p > 0.0:
         return dropout.attention(q, k, v, dropout_p, is_causal, scale, kernel, deterministic=deterministic,
                                  window=window, causal_offset=causal_offset)
-    if _direct_call_ok(q, k, v, attn_mask):   # no autograd, no tracing: the op's body without the dispatcher
-        return _launch(q, k, v, attn_mask, is_causal, float(scale), kernel, causal_offset=causal_offset, window=window)
-    if not band:   # the eight-argument form: the graph of an unbanded call is what it was
-        return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic)
-    return _attention_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic, causal_offset, *window)
+    return _run_checked(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic, window, causal_offset)
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, *,
@@ -573,7 +587,9 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     right. causal_offset=0 is torch's top-left; Nk - Nq bottom-right (flash-attn's alignment). attn_mask
     may be torch's causal_upper_left / causal_lower_right (a CausalBias): it runs as the band, no mask.
     mma and hopper take the band natively, forward and backward (key blocks outside it never loaded);
-    naive as a mask; tiled not. A row that sees no key gives 0, as torch's SDPA.
+    naive as a mask; tiled not. With an attn_mask too, mma and hopper take both tile by tile (a tile is
+    skipped if the mask or the band hides it all, unmasked if both show it all). A row that sees no key
+    gives 0, as torch's SDPA.
     """
     return attention_with_lse(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa,
                               kernel=kernel, deterministic=deterministic, window=window,

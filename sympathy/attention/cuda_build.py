@@ -7,6 +7,7 @@ version (every .cu, .cuh and .h of cuda_src/: a header-only change rebuilds), an
 torch is imported only when a function here needs it (device_arch): without it the rest of sympathy works.
 Every name here is importable from sympathy.attention.cuda too (cuda.build, cuda.library, cuda._libs, ...).
 """
+import functools
 import hashlib
 import os
 import re
@@ -144,6 +145,39 @@ def device_arch(device=None) -> str:
     return f"sm_{major}{minor}{'a' if (major, minor) == (9, 0) else ''}"
 
 
+# ---- per-call host work (host fact served: at N <= 1024 a kernel runs 20-250 us, about what one call's
+# Python took on the host, so calls back to back waited on the host; each question below is asked once) ----
+@functools.lru_cache(maxsize=None)
+def device_facts(index: int) -> Tuple[Tuple[int, int], int, str]:
+    """(compute capability, SM count, nvcc arch) of CUDA device `index`, asked once per process."""
+    props = _torch().cuda.get_device_properties(index)
+    return (props.major, props.minor), props.multi_processor_count, device_arch(index)
+
+
+def device_index(device) -> int:
+    """The index of a CUDA torch.device (the current device for a bare "cuda")."""
+    return device.index if device.index is not None else _torch().cuda.current_device()
+
+
+def current_stream(torch, index: int) -> int:
+    """The raw cudaStream_t of torch's current stream on device `index` (the fast private accessor
+    inductor uses, else the public one)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def launch_on(device, launcher, params) -> int:
+    """launcher(params, stream) on torch's current stream of `device`, that device made current only when
+    it is not already (the launchers ask the runtime for the current device)."""
+    torch = _torch()
+    index = device_index(device)
+    ffi = _ffi
+    if index == torch.cuda.current_device():
+        return launcher(params, ffi.cast("void *", current_stream(torch, index)))
+    with torch.cuda.device(index):
+        return launcher(params, ffi.cast("void *", current_stream(torch, index)))
+
+
 def build_all(archs: Optional[Sequence[str]] = None, force: bool = False) -> List[Path]:
     """Compile the kernels for each arch (default: this machine's GPU); the paths of the libraries."""
     if not archs:
@@ -172,6 +206,9 @@ def _cdef() -> str:
 def library(arch: str):
     """(ffi, lib) for an arch: built if needed, dlopen'ed once per process."""
     global _ffi
+    lib = _libs.get(arch)   # loaded: no lock (a dict read is atomic), nothing to build
+    if lib is not None:
+        return _ffi, lib
     with _lock:
         if _ffi is None:
             import cffi

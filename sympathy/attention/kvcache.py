@@ -40,7 +40,7 @@ import math
 from typing import Optional, Tuple, Union
 
 from .._errors import NotSupportedError
-from . import cuda
+from . import cuda, cuda_build
 
 DECODE_HEAD_DIMS = (64, 128)
 PAGE_MULTIPLE = 64   # SY_DECODE_PAGE_MULTIPLE: one key tile never spans two pages
@@ -74,24 +74,8 @@ def num_splits_heuristic(blocks: int, key_tiles: int, sm_count: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _device_facts(index: int) -> Tuple[Tuple[int, int], int, str]:
-    """(compute capability, SM count, nvcc arch) of a CUDA device, asked once per process: a decode
-    step is tens of microseconds, and the host should not spend them on the same questions."""
-    torch = cuda._torch()
-    props = torch.cuda.get_device_properties(index)
-    return (props.major, props.minor), props.multi_processor_count, cuda.device_arch(index)
-
-
-@functools.lru_cache(maxsize=None)
 def _ctypes(ffi):
     return ffi.typeof("void *"), ffi.typeof("float *"), ffi.typeof("int *")
-
-
-def _current_stream(torch, index: int) -> int:
-    """The raw cudaStream_t of torch's current stream on device `index` (the fast private accessor
-    inductor uses, else the public one)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def _rows_per_block(packed_rows: int) -> int:
@@ -272,7 +256,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     device = q.device
     current = torch.cuda.current_device()
     index = device.index if device.index is not None else current
-    capability, sm_count, arch = _device_facts(index)
+    capability, sm_count, arch = cuda_build.device_facts(index)
     if capability < (8, 0):
         raise NotSupportedError("the decode kernel needs compute capability 8.0 or newer (mma.sync on bf16)")
     B, Nq, Hq, d = q.shape
@@ -331,9 +315,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     p.scale, p.is_causal = scale, int(causal)
     p.dtype = 2 if q.dtype == torch.bfloat16 else 1   # enum sy_attn_dtype
     if index == current:
-        status = lib.sy_attn_decode_fwd(p, ffi.cast(voidp, _current_stream(torch, index)))
+        status = lib.sy_attn_decode_fwd(p, ffi.cast(voidp, cuda_build.current_stream(torch, index)))
     else:
         with torch.cuda.device(index):
-            status = lib.sy_attn_decode_fwd(p, ffi.cast(voidp, _current_stream(torch, index)))
+            status = lib.sy_attn_decode_fwd(p, ffi.cast(voidp, cuda_build.current_stream(torch, index)))
     cuda._raise_for_status(status, lib, f"decode attention (B={B}, Hq={Hq}, Hkv={Hkv}, Nq={Nq}, d={d}, splits={num_splits})")
     return (out, lse) if return_softmax_lse else out

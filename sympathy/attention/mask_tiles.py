@@ -16,6 +16,12 @@ stride); a float16/bfloat16/float64 additive mask is converted to float32 first 
 unbroadcast elements: the kernels read float32 and bool). Classification is torch ops at a 64 x 64 grain
 (every kernel tile is a multiple of 64 in both axes): one read of the mask, then small tables.
 
+With a band (band.py: a sliding window, a moved diagonal; (lo, hi) as attention_band.cuh's make_band)
+the classes are the mask's intersected with the band's, grain by grain: empty if either is, full if both
+are, partial otherwise. The band is the same for every batch and head, so the combined table keeps the
+mask's broadcast dims; the kernels apply the band per score in a partial tile only (a full one is inside
+it whole, an empty one never listed).
+
 The lists of a mask are cached (a few entries, keyed by the tensor's storage, version, shape, strides):
 the layers of a transformers model pass the same padding mask, and its pre-pass then runs once per
 forward. Kernels (cuda.py picks): forward `mma` d 64/128 (64 x 64 tiles), `hopper` d 64/128 (128 x 128 tiles;
@@ -111,6 +117,37 @@ def classify(view):
     return cls.expand(cls.shape[0], cls.shape[1], -(-n_q // GRAIN), -(-n_k // GRAIN))
 
 
+def band_classes(n_q: int, n_k: int, band, device=None):
+    """Per (64-row block, 64-key block) of (Nq, Nk) the band's class, uint8 (tq, tk): EMPTY if no (i, j) of
+    the block (inside Nq, Nk) has lo <= j - i <= hi, FULL if every one does. Over a rectangle j - i takes
+    every value from (first key - last row) to (last key - first row), so two compares per block decide."""
+    import torch
+
+    lo, hi = band
+    rows = torch.arange(0, n_q, GRAIN, device=device)
+    keys = torch.arange(0, n_k, GRAIN, device=device)
+    ahead_min = keys[None, :] - (rows + GRAIN).clamp(max=n_q)[:, None] + 1   # first key - last row
+    ahead_max = (keys + GRAIN).clamp(max=n_k)[None, :] - 1 - rows[:, None]   # last key - first row
+    empty = (ahead_max < lo) | (ahead_min > hi)
+    full = (ahead_min >= lo) & (ahead_max <= hi)
+    return torch.where(empty, EMPTY, torch.where(full, FULL, PARTIAL)).to(torch.uint8)
+
+
+def combine(cls, band_cls):
+    """A mask's class table (Bm, Hm, tq, tk) intersected with the band's (tq, tk): EMPTY if either is,
+    FULL if both are, PARTIAL otherwise."""
+    import torch
+
+    empty = (cls == EMPTY) | (band_cls == EMPTY)
+    full = (cls == FULL) & (band_cls == FULL)
+    return torch.where(empty, EMPTY, torch.where(full, FULL, PARTIAL)).to(torch.uint8)
+
+
+def band_excludes(band, n_q: int, n_k: int) -> bool:
+    """band = (lo, hi) hides some (i, j) of (Nq, Nk): j - i spans 1 - Nq .. Nk - 1."""
+    return band is not None and (band[0] > 1 - n_q or band[1] < n_k - 1)
+
+
 def _own_elements(view):
     """view (the mask expanded to (B, Hq, Nq, Nk)) narrowed to index 0 along every broadcast dim."""
     core = view
@@ -131,6 +168,44 @@ def far_rows(view) -> bool:
         return False
     row_max = _own_elements(view).amax(3)
     return bool(((row_max < FAR_ROW_MAX) & (row_max > -math.inf)).any())
+
+
+def far_values(view) -> bool:
+    """Whether a float mask (expanded view) has any finite element below FAR_ROW_MAX: without one no row can
+    be far, whatever band hides part of it."""
+    import math
+
+    import torch
+
+    if view.dtype == torch.bool:
+        return False
+    core = _own_elements(view)
+    return bool(((core < FAR_ROW_MAX) & (core > -math.inf)).any())
+
+
+def far_rows_in_band(view, band) -> bool:
+    """far_rows of the mask with the band (lo, hi) folded in: a row whose largest element inside the band is
+    finite and below FAR_ROW_MAX. The band makes the row max depend on the row, so rows are materialised,
+    in chunks of about 2^24 elements (asked only of masks with far_values)."""
+    import math
+
+    import torch
+
+    lo, hi = band
+    core = view
+    for dim in (0, 1):
+        if view.stride(dim) == 0 and view.shape[dim] > 1:
+            core = core.narrow(dim, 0, 1)
+    Bm, Hm, n_q, n_k = core.shape
+    step = max(1, (1 << 24) // max(1, Bm * Hm * n_k))
+    keys = torch.arange(n_k, device=view.device)
+    found = torch.zeros((), dtype=torch.bool, device=view.device)
+    for r0 in range(0, n_q, step):
+        rows = torch.arange(r0, min(r0 + step, n_q), device=view.device)
+        ahead = keys[None, :] - rows[:, None]
+        row_max = core[:, :, r0:r0 + step].masked_fill((ahead < lo) | (ahead > hi), -math.inf).amax(3)
+        found |= ((row_max < FAR_ROW_MAX) & (row_max > -math.inf)).any()
+    return bool(found)
 
 
 def coarsen(cls, fq: int, fk: int):
@@ -197,7 +272,7 @@ def _entry(attn_mask, shape) -> dict:
             mask = mask.to(torch.float32)
         view = mask.expand(*shape)
         entry = {"source": attn_mask, "mask": mask, "strides": tuple(view.stride()), "cls": classify(view),
-                 "far_rows": far_rows(view)}
+                 "far_rows": far_rows(view), "far_values": far_values(view)}
         if key is not None:
             _cache[key] = entry
             while len(_cache) > _CACHE_ENTRIES:
@@ -207,23 +282,43 @@ def _entry(attn_mask, shape) -> dict:
     return entry
 
 
-def has_far_rows(attn_mask, shape) -> bool:
-    """far_rows of attn_mask broadcast to shape = (B, Hq, Nq, Nk), from the cache entry prepare() uses."""
-    return _entry(attn_mask, shape)["far_rows"]
+def _band_key(band, shape):
+    """band (lo, hi) as part of a cache key: None when it hides nothing at these lengths."""
+    return tuple(int(x) for x in band) if band_excludes(band, shape[2], shape[3]) else None
 
 
-def prepare(attn_mask, shape, kernel: str, head_dim: int, backward: bool = False) -> MaskTiles:
+def has_far_rows(attn_mask, shape, band=None) -> bool:
+    """far_rows of attn_mask broadcast to shape = (B, Hq, Nq, Nk), with the band (lo, hi, band.band_bounds)
+    folded in when given, from the cache entry prepare() uses."""
+    entry = _entry(attn_mask, shape)
+    band = _band_key(band, shape)
+    if band is None or not entry["far_values"]:
+        return entry["far_rows"] if band is None else False
+    key = ("far_rows", band)
+    if key not in entry:
+        entry[key] = far_rows_in_band(entry["mask"].expand(*shape), band)
+    return entry[key]
+
+
+def prepare(attn_mask, shape, kernel: str, head_dim: int, backward: bool = False, band=None) -> MaskTiles:
     """The kernel's view of attn_mask (checked by cuda._check_inputs: bool or float, broadcastable to
     shape = (B, Hq, Nq, Nk)) for `kernel` at head_dim: the forward's query-major lists, or (backward) the
     key-major lists of that kernel's backward. The mask is classified once per cache entry; the forward's and the
-    backward's lists both come from that table."""
+    backward's lists both come from that table. band: (lo, hi) of band.band_bounds, or None: the classes are
+    intersected with the band's (the kernel must get the same band: it applies it in partial tiles)."""
     import torch
 
     entry = _entry(attn_mask, shape)
-    lists_key = (kernel, head_dim, backward)
+    band = _band_key(band, shape)
+    lists_key = (kernel, head_dim, backward, band)
     if lists_key not in entry:
         block_q, block_k = (BWD_TILES if backward else FWD_TILES)[(kernel, head_dim)]
-        cls = coarsen(entry["cls"], block_q // GRAIN, block_k // GRAIN)
+        cls = entry["cls"]
+        if band is not None:
+            if ("cls", band) not in entry:
+                entry[("cls", band)] = combine(cls, band_classes(shape[2], shape[3], band, cls.device))
+            cls = entry[("cls", band)]
+        cls = coarsen(cls, block_q // GRAIN, block_k // GRAIN)
         lists = tile_lists(cls.transpose(2, 3) if backward else cls, first_not_partial=kernel == "hopper" and not backward)
         if lists.numel() >= 2 ** 31:
             raise ValueError(f"attn_mask's tile lists would hold {lists.numel()} entries (int32 offsets): "

@@ -228,16 +228,21 @@ def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sc
             return Decision(reason=bad)
     if on_cuda:
         try:
-            picked = cuda._check_inputs(query, key, value, attn_mask, is_causal, scale, gqa, kernel, band)
+            picked = cuda._check_inputs(query, key, value, attn_mask, is_causal, scale, gqa, kernel, band,
+                                        causal_offset=causal_offset, window=window or (-1, -1))
         except (ValueError, TypeError, NotImplementedError, NotSupportedError) as exc:
             return Decision(reason=f"CUDA kernels: {exc}")
         if attn_mask is not None and picked == "naive" and not mask_kernel:
             return Decision(reason="attn_mask on the naive kernel (fp16/bf16 at d 64/128 take it tile by tile; "
                                    "torch's masked kernels are faster than our naive one)")
         path = "cuda+mask" if attn_mask is not None and picked != "naive" else "cuda"
-        return Decision(path=path, run=lambda: cuda.scaled_dot_product_attention(
-            query, key, value, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=gqa, kernel=picked,
-            deterministic=deterministic, window=window, causal_offset=causal_offset))
+        if deterministic is None:
+            deterministic = torch.are_deterministic_algorithms_enabled()
+        # Checked above: straight to the kernels (the public entry would check everything again).
+        window, causal_offset = check_window(window), check_causal_offset(causal_offset)
+        return Decision(path=path, run=lambda: cuda._run_checked(
+            query, key, value, attn_mask, is_causal, float(scale), picked, bool(deterministic), window,
+            causal_offset)[0])
     if kernel not in ("auto", "cpu"):
         return Decision(reason=f"kernel={kernel!r} on CPU tensors (the C kernel is 'cpu')")
     if band:

@@ -1,0 +1,35 @@
+// The `hopper` backward's compile-time knobs (attention_hopper_bwd.cu): query-tile stages per head dim and
+// how dQ reaches dq_accum, each with what was measured. Overridable with -D for same-run comparisons.
+#pragma once
+
+// Query-tile stages per head dim, measured (bf16, H100, same run, docs/notes-attention-bwd.md): d = 64
+// three with the atomics (same speed not causal, +1-4 % causal, and the two-stage build spilled 40 bytes
+// in one fp16 instantiation), two with dQ through shared memory (three and the dQ shares exceed
+// 227 KiB); d = 128 two (three: +5 % not causal, -7 % causal at N = 4096; with dQ through shared memory
+// -6 % not causal). Overridable for same-run comparisons:
+// scripts/bwd_device.py --variant NAME=FILE@-DSY_HOPPER_BWD_D64_STAGES=2
+#ifndef SY_HOPPER_BWD_D64_STAGES
+#define SY_HOPPER_BWD_D64_STAGES 3
+#endif
+#ifndef SY_HOPPER_BWD_D64_TMA_STAGES
+#define SY_HOPPER_BWD_D64_TMA_STAGES 2
+#endif
+#ifndef SY_HOPPER_BWD_D128_STAGES
+#define SY_HOPPER_BWD_D128_STAGES 2
+#endif
+// dQ through shared memory (1, FlashAttention-3's way): each consumer warpgroup stores its 64 x 64 fp32
+// share of the tile's dQ to shared memory and goes on; a warp of the producer warpgroup adds it to
+// dq_accum with one 16 KiB bulk reduce-add (the copy engine), so the consumers issue no atomics. dq_accum
+// is then tile-major (a share's 4096 floats contiguous in the registers' order) and read back by
+// dq_tiled_convert_kernel. Measured 1.04-1.18x the atomics (docs/notes-attention-bwd.md, session b1).
+// Varlen calls and the fp16 d = 64 kernels keep the atomics (red.global.add.v4 from the consumers): at
+// d = 64 the shares leave room for two query-tile stages only, and the fp16 causal and local kernels
+// then spilled 16 bytes. 0: the atomics everywhere (for same-run comparisons).
+#ifndef SY_HOPPER_BWD_DQ_TMA
+#define SY_HOPPER_BWD_DQ_TMA 1
+#endif
+// Dropout's dQ (d = 128): 1 through shared memory as above (and a deterministic order), 0 the atomics
+// (the previous version; for same-run comparisons).
+#ifndef SY_HOPPER_BWD_DROPOUT_TMA
+#define SY_HOPPER_BWD_DROPOUT_TMA SY_HOPPER_BWD_DQ_TMA
+#endif
