@@ -16,11 +16,19 @@ turns inside each of --rounds rounds and each row is the median over the rounds,
 temperature) falls on all of them alike. Ratios: p=0.1 over the same build's p=0, and over the first
 build's p=0. --train-libs / --train-dims: the builds and head dims timed forward + backward too (default all).
 The target of issue #20: ours with dropout >= 0.85x ours without.
+--mask: instead, dropout beside an attn_mask (issue 20's mask + dropout), one table per --dims head dim at
+--sizes: B = 65536 / N sequences with key lengths N, 3N/4, N/2, N/4 in turn (right padding, an additive
+(B, 1, 1, N) mask in the input dtype, -inf past each length), not causal. Rows: ours masked without dropout,
+ours masked with dropout 0.1, ours unmasked with dropout 0.1, torch's SDPA (efficient backend) with the
+same mask and dropout 0.1; forward and forward + backward. TFLOP/s over the visible pairs (the unmasked
+row: over all); ratios against ours masked without dropout.
+    python3 scripts/dropout_check.py --mask --sizes 4096 --dims 128 --dtype bf16
 Timings: triton.testing.do_bench medians; FLOPs 4 * B * H * pairs * d forward (pairs = N^2, or
 N (N + 1) / 2 causal), 2.5x that backward.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 
@@ -31,6 +39,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import sympathy as sy
 from sympathy.attention import cuda_build
+from sympathy.attention.torch_api import decide
 
 BACKENDS = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
             "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}
@@ -40,15 +49,15 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")   # ms
 
 
-def make_call(name, q, k, v, p, causal, kernel, train):
+def make_call(name, q, k, v, p, causal, kernel, train, mask=None):
     dout = torch.randn_like(q)
     leaves = [t.detach().clone().requires_grad_(train) for t in (q, k, v)]
 
     def attend():
         if name.startswith("ours"):
-            return sy.attention.scaled_dot_product_attention(*leaves, None, p, causal, kernel=kernel)
+            return sy.attention.scaled_dot_product_attention(*leaves, mask, p, causal, kernel=kernel)
         with sdpa_kernel(BACKENDS[name]):
-            return F.scaled_dot_product_attention(*leaves, None, p, causal)
+            return F.scaled_dot_product_attention(*leaves, mask, p, causal)
 
     def run():
         out = attend()
@@ -120,6 +129,47 @@ def table(sizes, kernel, dims, libs, train_libs, train_dims, rounds, skip_sdpa, 
     return rows
 
 
+def mask_table(sizes, kernel, dims, fwd_only, tokens=65536, dtype="bf16"):
+    """--mask: dropout beside a right-padding attn_mask, ours against torch's efficient backend."""
+    rows = []
+    torch_dtype = torch.float16 if dtype == "fp16" else torch.bfloat16
+    print(f"\n## attn_mask (right padding, additive (B,1,1,N) {dtype}) with dropout, H * d = 2048, B = {tokens} / N; "
+          f"kernel={kernel!r}")
+    print("| N | d | pass | variant | ms | TFLOP/s (visible pairs) | vs ours masked p=0 |")
+    print("|---|---|---|---|---|---|---|")
+    for n in sizes:
+        batch = max(1, tokens // n)
+        lengths = [n * (4 - i % 4) // 4 for i in range(batch)]   # N, 3N/4, N/2, N/4, ...
+        for d in dims:
+            heads = 2048 // d
+            g = torch.Generator(device="cuda").manual_seed(n + d)
+            q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=torch_dtype) for _ in range(3))
+            keys = torch.arange(n, device="cuda")[None, :] < torch.tensor(lengths, device="cuda")[:, None]
+            mask = torch.zeros(batch, 1, 1, n, device="cuda", dtype=torch_dtype).masked_fill_(~keys[:, None, None], -math.inf)
+            visible = n * sum(lengths)
+            decision = decide(q, k, v, mask, 0.1, False, kernel=kernel)
+            print(f"| {n} | {d} | route | ours masked p=0.1 | {decision.path or decision.reason} | | |")
+            variants = [("ours masked p=0.0", "ours", mask, 0.0, visible), ("ours masked p=0.1", "ours", mask, 0.1, visible),
+                        ("ours unmasked p=0.1", "ours", None, 0.1, n * n * batch),
+                        ("sdpa-efficient masked p=0.1", "sdpa-efficient", mask, 0.1, visible)]
+            for train in (False,) if fwd_only else (False, True):
+                base = None
+                for label, name, m, p, pairs in variants:
+                    flops = 4 * heads * pairs * d * (3.5 if train else 1.0)
+                    step = "fwd+bwd" if train else "fwd"
+                    try:
+                        ms = bench(make_call(name, q, k, v, p, False, kernel, train, mask=m))
+                    except RuntimeError as exc:   # a backend that refuses the call
+                        print(f"| {n} | {d} | {step} | {label} | n/a | | {str(exc).splitlines()[0][:60]} |")
+                        continue
+                    base = base or ms
+                    rows.append(dict(n=n, d=d, train=train, variant=label, ms=ms, tflops=flops / ms / 1e9,
+                                     vs_masked_p0=base / ms))
+                    print(f"| {n} | {d} | {step} | {label} | {ms:.3f} | {flops / ms / 1e9:.0f} | {base / ms:.2f}x |",
+                          flush=True)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 16384])
@@ -133,8 +183,15 @@ def main():
     parser.add_argument("--skip-sdpa", action="store_true")
     parser.add_argument("--fwd-only", action="store_true")
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    parser.add_argument("--mask", action="store_true", help="dropout beside an attn_mask (see the top)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
+    if args.mask:
+        print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+        rows = {kernel: mask_table(args.sizes, kernel, args.dims, args.fwd_only, dtype=args.dtype) for kernel in args.kernels}
+        with open(os.path.join(args.out, f"dropout_mask_check_{args.dtype}.json"), "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+        return
     libs = [tuple(spec.split("=", 1)) for spec in args.lib] or [("ours", None)]
     train_libs = set(args.train_libs or [name for name, _ in libs])
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")

@@ -109,7 +109,12 @@ def fake_cuda(shape, dtype=torch.bfloat16):
     (dict(), None),
     (dict(dtype=torch.float32), "float16/bfloat16"),
     (dict(d=96), "head dim 96"),
-    (dict(attn_mask=torch.ones(1, dtype=torch.bool)), "attn_mask"),
+    (dict(attn_mask=torch.ones(1, dtype=torch.bool)), None),   # tile by tile (test_attention_dropout_mask.py)
+    (dict(attn_mask=torch.ones(1, dtype=torch.bool), causal_offset=3), "attn_mask and a band"),
+    (dict(attn_mask=torch.ones(1, dtype=torch.bool), window=(-1, 5)), "attn_mask and a band"),
+    (dict(attn_mask=torch.ones(1, dtype=torch.bool), deterministic=True), "deterministic"),
+    (dict(attn_mask=torch.ones(1, dtype=torch.bool), kernel="naive"), "leave to kernel='naive'"),
+    (dict(deterministic=True), None),
     (dict(kernel="naive"), "kernel='naive'"),
     (dict(window=(16, 0)), "sliding window"),
     (dict(window=(-1, 0), causal_offset=3), None),   # a window open on the left: causal, served
@@ -120,7 +125,7 @@ def test_dropout_reason_names_what_the_fused_dropout_does_not_serve(kwargs, word
     q = fake_cuda((2, 4, 64, d), kwargs.pop("dtype", torch.bfloat16))
     reason = dropout.dropout_reason(q, q, q, kwargs.pop("attn_mask", None), kwargs.pop("p", 0.1),
                                     kwargs.pop("kernel", "auto"), kwargs.pop("window", (-1, -1)),
-                                    kwargs.pop("causal_offset", 0))
+                                    kwargs.pop("causal_offset", 0), kwargs.pop("deterministic", False))
     assert reason is None if words is None else words in reason
 
 
@@ -134,11 +139,13 @@ def test_the_dropout_op_defines_and_differentiates_on_meta_tensors():
     """The custom ops' schemas (torch reads the annotations) and the autograd wiring, without a GPU."""
     q = torch.empty(2, 4, 64, 128, device="meta", dtype=torch.bfloat16, requires_grad=True)
     k = torch.empty(2, 2, 64, 128, device="meta", dtype=torch.bfloat16, requires_grad=True)
-    out, lse = dropout._dropout_op()(q, k, k, True, 0.1, "hopper", False, 0, -1, -1, 0.1,
-                                     dropout._signed(2**64 - 5), 8)
-    assert out.shape == q.shape and lse.shape == q.shape[:3] and out.requires_grad
-    dq, dk = torch.autograd.grad(out.sum(), (q, k))
-    assert dq.shape == q.shape and dk.shape == k.shape
+    mask = torch.empty(2, 1, 1, 64, device="meta", dtype=torch.bool)
+    for attn_mask in (None, mask):
+        out, lse = dropout._dropout_op()(q, k, k, attn_mask, attn_mask is None, 0.1, "hopper", False, 0, -1, -1, 0.1,
+                                         dropout._signed(2**64 - 5), 8)
+        assert out.shape == q.shape and lse.shape == q.shape[:3] and out.requires_grad
+        dq, dk = torch.autograd.grad(out.sum(), (q, k))
+        assert dq.shape == q.shape and dk.shape == k.shape
     assert dropout._unsigned(dropout._signed(2**64 - 5)) == 2**64 - 5
 
 
@@ -273,5 +280,7 @@ def test_patch_and_transformers_route_dropout_to_the_fused_kernels():
         torch.nn.functional.scaled_dot_product_attention(q, k, v, None, 0.1, True, enable_gqa=True)
         torch.nn.functional.scaled_dot_product_attention(q, k, v, torch.ones(128, 128, dtype=torch.bool, device="cuda"),
                                                          0.1, enable_gqa=True)
-    assert stats.paths["cuda+dropout"] == 1
-    assert any("attn_mask" in reason for reason in stats.reasons)
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, torch.zeros(128, 128, device="cuda"), 0.1,
+                                                         enable_gqa=True, scale=2.0 ** -120)   # a float mask naive takes
+    assert stats.paths["cuda+dropout"] == 1 and stats.paths["cuda+mask+dropout"] == 1
+    assert any("naive" in reason for reason in stats.reasons)

@@ -324,6 +324,20 @@ def _launch(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, out=
     return out, lse
 
 
+def _hopper_backward_takes(dtype, d: int, deterministic: bool, dropout: bool, masked: bool, band: bool) -> bool:
+    """After a `hopper` forward (fp16/bf16, d 64/128, a mask tile by tile), whether attention_hopper_bwd.cu
+    has this call's instantiation; the mma backward runs the others. Deterministic where its dQ goes through
+    shared memory (bf16, or d = 128: its key blocks add each query tile in a fixed order); fp16 at d = 64
+    takes the mma backward's pass. Dropout at d = 128 only (d = 64 spilled: attention_hopper_bwd.cu says
+    why); with a mask, fp16 only and no band (bf16 spilled 12 bytes there)."""
+    torch = _torch()
+    if deterministic and not (dtype == torch.bfloat16 or d == 128):
+        return False
+    if dropout and d == 64:
+        return False
+    return not (dropout and masked and (dtype != torch.float16 or band))
+
+
 def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float, deterministic: bool,
                 kernel: str = "mma", *, causal_offset: int = 0, window=NO_WINDOW, dropout=None):
     """(dq, dk, dv) in the inputs' dtype: for fp16/bf16 attention_hopper_bwd.cu (wgmma, sm_90) after a
@@ -341,8 +355,9 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     # attn_mask: tile by tile (mask_tiles.py) on the hopper backward after a `hopper` call (dQ through shared
     # memory), on the mma backward otherwise (atomic dQ), else the math backward (deterministic: neither
     # kernel orders a masked dQ; a mask with far rows, mask_tiles.FAR_ROW_MAX: its forward ran on naive).
-    # No kernel has a mask and dropout together (dropout.dropout_reason keeps such calls off both).
-    mask_tiles = attn_mask is not None and dropout is None and q.dtype in (torch.float16, torch.bfloat16) \
+    # With dropout too (dropout.dropout_reason keeps the calls no kernel serves, deterministic ones included,
+    # off the fused dropout).
+    mask_tiles = attn_mask is not None and q.dtype in (torch.float16, torch.bfloat16) \
         and tile_shape("mma", d, True) and not deterministic \
         and (attn_mask.dtype == torch.bool or abs(scale) >= MIN_FLOAT_MASK_SCALE) \
         and not has_far_rows(attn_mask, (B, Hq, Nq, Nk), bounds)
@@ -365,13 +380,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     f32 = dict(dtype=torch.float32, device=q.device)
     # Workspaces (attention_api.h says which family needs which). Released on return while the
     # kernels may still run: safe on one stream (see _launch).
-    # The hopper backward is deterministic too where its dQ goes through shared memory (bf16, or d = 128):
-    # its key blocks add each query tile in a fixed order. fp16 at d = 64 takes the mma backward's pass,
-    # and dropout at d = 64 the mma backward (the hopper backward has no d = 64 dropout: attention_hopper_bwd.cu
-    # says why). A mask takes the hopper backward's own lists.
     hopper = tensor_cores and kernel == "hopper" and (attn_mask is None or mask_tiles) and not d256 \
-        and (not deterministic or q.dtype == torch.bfloat16 or d == 128) \
-        and not (dropout is not None and d == 64)
+        and _hopper_backward_takes(q.dtype, d, deterministic, dropout is not None, attn_mask is not None, band)
     hopper256 = d256 and _d256_hopper_backward(kernel, deterministic)
     if tensor_cores:
         # The hopper backwards have no separate dQ pass: they accumulate dQ into dq_accum at every length.
@@ -538,14 +548,14 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
     if dropout_p > 0.0:   # dropout.py: a call it cannot take is refused before any kernel runs
         from . import dropout
 
-        reason = dropout.dropout_reason(q, k, v, attn_mask, dropout_p, kernel, window, causal_offset)
+        reason = dropout.dropout_reason(q, k, v, attn_mask, dropout_p, kernel, window, causal_offset, deterministic)
         if reason is not None:
             raise NotImplementedError(f"{reason}; sy.attention.scaled_dot_product_attention runs torch's SDPA for it")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if dropout_p > 0.0:
         return dropout.attention(q, k, v, dropout_p, is_causal, scale, kernel, deterministic=deterministic,
-                                 window=window, causal_offset=causal_offset)
+                                 window=window, causal_offset=causal_offset, attn_mask=attn_mask)
     return _run_checked(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic, window, causal_offset)
 
 

@@ -14,11 +14,14 @@ One deliberate difference from torch's math backend, shared with torch's flash b
 probability is p rounded to a multiple of 1/256 (p = 0.1 drops 26/256 = 0.1016); the scale stays
 1 / (1 - p), as torch's. `effective_dropout_p(p)` gives the probability the kernels use.
 
-Served: CUDA, float16/bfloat16, head dims 64 and 128, any Nq, Nk, GQA, no mask or torch's causal
-(top-left or bottom-right: causal_offset), sm_80+ (`mma`) and sm_90 (`hopper`). Not served, each with
-its reason (`dropout_reason`): attn_mask, sliding windows, varlen, other dtypes and head dims, CUDA
-graph capture (the offset would be frozen into the graph); sy.attention.scaled_dot_product_attention
-and patch() run torch's own SDPA for those.
+Served: CUDA, float16/bfloat16, head dims 64 and 128, any Nq, Nk, GQA, torch's causal (top-left or
+bottom-right: causal_offset) or an attn_mask (bool or additive, any broadcast, tile by tile as without
+dropout: mask_tiles.py), sm_80+ (`mma`) and sm_90 (`hopper`). A mask never changes which scores are
+kept: the keep bit of (b, h, i, j) is the same with or without it. Not served, each with its reason
+(`dropout_reason`): sliding windows, an attn_mask with a band (causal_offset, window) or in deterministic
+mode (no kernel orders a masked dQ) or one the fused kernels leave to `naive` (far rows, a tiny scale),
+varlen, other dtypes and head dims, CUDA graph capture (the offset would be frozen into the graph);
+sy.attention.scaled_dot_product_attention and patch() run torch's own SDPA for those.
 """
 # no `from __future__ import annotations`: torch.library reads the custom ops' annotations as types
 import math
@@ -47,8 +50,9 @@ def _local_window(window, causal_offset: int, n_q: int) -> bool:
 
 
 def dropout_reason(q, k, v, attn_mask, dropout_p: float, kernel: str, window=NO_WINDOW,
-                   causal_offset: int = 0) -> Optional[str]:
-    """Why the fused dropout cannot take this call (None: it can). Reads shapes and dtypes only."""
+                   causal_offset: int = 0, deterministic: bool = False) -> Optional[str]:
+    """Why the fused dropout cannot take this call (None: it can). Reads shapes and dtypes only (a mask the
+    fused kernels leave to `naive` is found by cuda._check_inputs, whose kernel is then passed here)."""
     import torch
 
     if dropout_p >= 1.0:
@@ -56,12 +60,17 @@ def dropout_reason(q, k, v, attn_mask, dropout_p: float, kernel: str, window=NO_
     if q.device.type != "cuda":
         return "dropout_p > 0 on the CPU (the C kernel has no dropout)"
     if attn_mask is not None:
-        return "dropout_p > 0 with an attn_mask (the fused dropout takes no mask)"
+        if tuple(window) != NO_WINDOW or causal_offset:
+            return "dropout_p > 0 with an attn_mask and a band (causal_offset, window: not served together)"
+        if deterministic:
+            return "dropout_p > 0 with an attn_mask in deterministic mode (no kernel orders a masked dQ)"
     if q.dtype not in (torch.float16, torch.bfloat16):
         return f"dropout_p > 0 in {q.dtype} (the fused dropout is float16/bfloat16)"
     if q.shape[-1] not in HEAD_DIMS:
         return f"dropout_p > 0 at head dim {q.shape[-1]} (the fused dropout takes {HEAD_DIMS})"
     if kernel not in ("auto", "mma", "hopper"):
+        if attn_mask is not None and kernel == "naive":
+            return "dropout_p > 0 with an attn_mask the fused kernels leave to kernel='naive' (far rows or a tiny scale)"
         return f"dropout_p > 0 on kernel={kernel!r} (mma and hopper have dropout)"
     if _local_window(window, causal_offset, q.shape[2]):
         return "dropout_p > 0 with a sliding window (not instantiated with dropout)"
@@ -105,25 +114,26 @@ def _dropout_op():
     from . import cuda
 
     @torch.library.custom_op("sympathy::attention_dropout_fwd", mutates_args=())
-    def attention_dropout_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, scale: float,
-                              kernel: str, deterministic: bool, causal_offset: int, window_left: int,
-                              window_right: int, dropout_p: float, seed: int,
+    def attention_dropout_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                              is_causal: bool, scale: float, kernel: str, deterministic: bool, causal_offset: int,
+                              window_left: int, window_right: int, dropout_p: float, seed: int,
                               offset: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        return cuda._launch(q, k, v, None, is_causal, scale, kernel, causal_offset=causal_offset,
+        return cuda._launch(q, k, v, attn_mask, is_causal, scale, kernel, causal_offset=causal_offset,
                             window=(window_left, window_right), dropout=(dropout_p, _unsigned(seed), _unsigned(offset)))
 
     @attention_dropout_fwd.register_fake
-    def _(q, k, v, is_causal, scale, kernel, deterministic, causal_offset, window_left, window_right, dropout_p, seed,
-          offset):
+    def _(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset, window_left, window_right,
+          dropout_p, seed, offset):
         B, Hq, Nq, d = q.shape
         return q.new_empty((B, Hq, Nq, d)), q.new_empty((B, Hq, Nq), dtype=torch.float32)
 
     @torch.library.custom_op("sympathy::attention_dropout_bwd", mutates_args=())
     def attention_dropout_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                              out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float, deterministic: bool,
-                              kernel: str, causal_offset: int, window_left: int, window_right: int, dropout_p: float,
-                              seed: int, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return cuda._launch_bwd(dout, q, k, v, out, lse, None, is_causal, scale, deterministic, kernel,
+                              out: torch.Tensor, lse: torch.Tensor, attn_mask: Optional[torch.Tensor], is_causal: bool,
+                              scale: float, deterministic: bool, kernel: str, causal_offset: int, window_left: int,
+                              window_right: int, dropout_p: float, seed: int,
+                              offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return cuda._launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic, kernel,
                                 causal_offset=causal_offset, window=(window_left, window_right),
                                 dropout=(dropout_p, _unsigned(seed), _unsigned(offset)))
 
@@ -132,17 +142,17 @@ def _dropout_op():
         return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
     def setup_context(ctx, inputs, output):
-        q, k, v, *rest = inputs
-        ctx.save_for_backward(q, k, v, *output)
+        q, k, v, attn_mask, *rest = inputs
+        ctx.save_for_backward(q, k, v, attn_mask, *output)
         ctx.rest = rest
         ctx.mark_non_differentiable(output[1])
 
     def backward(ctx, grad_out, _grad_lse):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, attn_mask, out, lse = ctx.saved_tensors
         is_causal, scale, kernel, deterministic, *tail = ctx.rest
-        dq, dk, dv = torch.ops.sympathy.attention_dropout_bwd(grad_out, q, k, v, out, lse, is_causal, scale,
-                                                              deterministic, kernel, *tail)
-        return (dq, dk, dv) + (None,) * len(ctx.rest)
+        dq, dk, dv = torch.ops.sympathy.attention_dropout_bwd(grad_out, q, k, v, out, lse, attn_mask, is_causal,
+                                                              scale, deterministic, kernel, *tail)
+        return (dq, dk, dv, None) + (None,) * len(ctx.rest)
 
     attention_dropout_fwd.register_autograd(backward, setup_context=setup_context)
     _op = attention_dropout_fwd
@@ -151,12 +161,13 @@ def _dropout_op():
 
 def attention(q, k, v, dropout_p: float, is_causal: bool, scale: float, kernel: str, *,
               deterministic: bool = False, window=NO_WINDOW, causal_offset: int = 0,
-              seed: Optional[int] = None, offset: Optional[int] = None):
+              seed: Optional[int] = None, offset: Optional[int] = None, attn_mask=None):
     """(out, lse) with dropout on checked inputs (cuda._check_inputs resolved `kernel`; dropout_reason
-    said yes). seed/offset None: drawn from torch's CUDA generator; given (tests): used as they are."""
+    said yes). seed/offset None: drawn from torch's CUDA generator; given (tests): used as they are.
+    attn_mask: as cuda._launch takes it (tile by tile); the keep bits are those of the unmasked call."""
     if seed is None or offset is None:
         seed, offset = philox_seed_offset(q.device, 4 * q.shape[0] * q.shape[1])
-    return _dropout_op()(q, k, v, is_causal, float(scale), kernel, deterministic, causal_offset, *window,
+    return _dropout_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic, causal_offset, *window,
                          float(dropout_p), _signed(seed), _signed(offset))
 
 
@@ -178,9 +189,10 @@ def _dropout_mask(batch: int, heads: int, n_q: int, n_k: int, dropout_p: float, 
 
 
 def reference(q, k, v, keep, dropout_p: float, is_causal: bool = False, scale: Optional[float] = None,
-              causal_offset: int = 0):
+              causal_offset: int = 0, attn_mask=None):
     """float64 attention with the keep-mask `keep` (B, Hq, Nq, Nk) bool applied as torch's dropout does
-    (kept / (1 - p)); GQA by repeating heads. torch tensors in, float64 out, differentiable."""
+    (kept / (1 - p)); GQA by repeating heads; attn_mask (bool: True takes part, or additive) as torch's SDPA
+    (a row that sees no key gives 0, as the kernels). torch tensors in, float64 out, differentiable."""
     import torch
 
     q, k, v = (t.double() for t in (q, k, v))
@@ -192,5 +204,7 @@ def reference(q, k, v, keep, dropout_p: float, is_causal: bool = False, scale: O
         i = torch.arange(n_q, device=s.device)[:, None]
         j = torch.arange(n_k, device=s.device)[None, :]
         s = s.masked_fill(j > i + causal_offset, -math.inf)
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.double()
     p = torch.softmax(s, -1).nan_to_num(0.0)
     return (p * keep.to(p.dtype) / (1.0 - dropout_p)) @ v

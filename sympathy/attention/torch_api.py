@@ -159,27 +159,34 @@ def _structural_reason(query, key, value, dropout_p, is_causal, scale, enable_gq
 
 def _decide_dropout(query, key, value, attn_mask, dropout_p, is_causal, scale, gqa, kernel, deterministic, window,
                     causal_offset) -> Decision:
-    """dropout_p > 0: the fused dropout of dropout.py (CUDA, fp16/bf16, d 64/128, no mask, no sliding
-    window), else torch's SDPA with dropout.dropout_reason's reason."""
+    """dropout_p > 0: the fused dropout of dropout.py (CUDA, fp16/bf16, d 64/128, no sliding window; an
+    attn_mask tile by tile: path "cuda+mask+dropout"), else torch's SDPA with dropout.dropout_reason's reason."""
     import torch
 
     from . import dropout
     from .band import NO_WINDOW
 
     window = window or NO_WINDOW
-    reason = dropout.dropout_reason(query, key, value, attn_mask, dropout_p, kernel, window, causal_offset)
-    if reason:
-        return Decision(reason=reason)
-    try:
-        picked = cuda._check_inputs(query, key, value, None, is_causal, scale, gqa, kernel,
-                                    has_band(causal_offset, window))
-    except (ValueError, TypeError, NotImplementedError, NotSupportedError) as exc:
-        return Decision(reason=f"CUDA kernels: {exc}")
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
-    return Decision(path="cuda+dropout", run=lambda: dropout.attention(
+    reason = dropout.dropout_reason(query, key, value, attn_mask, dropout_p, kernel, window, causal_offset,
+                                    bool(deterministic))
+    if reason:
+        return Decision(reason=reason)
+    band = has_band(causal_offset, window)
+    try:
+        picked = cuda._check_inputs(query, key, value, attn_mask, is_causal, scale, gqa, kernel, band,
+                                    causal_offset=causal_offset, window=window)
+    except (ValueError, TypeError, NotImplementedError, NotSupportedError) as exc:
+        return Decision(reason=f"CUDA kernels: {exc}")
+    # The kernel "auto" resolved to: a mask the fused kernels leave to naive has no dropout.
+    reason = dropout.dropout_reason(query, key, value, attn_mask, dropout_p, picked, window, causal_offset,
+                                    bool(deterministic))
+    if reason:
+        return Decision(reason=reason)
+    return Decision(path="cuda+mask+dropout" if attn_mask is not None else "cuda+dropout", run=lambda: dropout.attention(
         query, key, value, dropout_p, is_causal, scale, picked, deterministic=bool(deterministic), window=window,
-        causal_offset=causal_offset)[0])
+        causal_offset=causal_offset, attn_mask=attn_mask)[0])
 
 
 def decide(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
