@@ -185,10 +185,13 @@ int launch_dropout(const sy_attn_params &p, cudaStream_t stream) {
             return launch<Tr, T, kBandMask | kDropoutFlag>(p, band, stream);
         }
     }
-    if (p.mask_lists) return kUnsupported;
-    if (mode == kBandLocal) return kUnsupported;
-    return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, band, stream)
-                               : launch<Tr, T, kBandNone | kDropoutFlag>(p, band, stream);
+    if constexpr (std::is_same<Tr, HopperTraitsD64Short>::value) {   // taken for a mask's tiles only
+        return kUnsupported;
+    } else {
+        if (p.mask_lists || mode == kBandLocal) return kUnsupported;
+        return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, band, stream)
+                                   : launch<Tr, T, kBandNone | kDropoutFlag>(p, band, stream);
+    }
 }
 
 // Varlen at d = 64 and 128 (d = 256 answers SY_EUNSUPPORTED: not instantiated); dropout likewise, not varlen.
