@@ -264,7 +264,7 @@ struct BwdConsumer {
             fence_regs(dp);
             compute_ds(stage, 1.f / (1.f - p.dropout_p));
             fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
-            drop_packed<std::is_same<T, __half>::value || kBand == kBandMask>(rP, keep_bits);   // the form ptxas keeps in registers
+            drop_packed<std::is_same<T, __half>::value>(rP, keep_bits);   // the form ptxas keeps in registers
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
