@@ -4,7 +4,7 @@ kBandMask), the keep bits those of the unmasked call (a mask never changes which
 CPU (in CI): the routing. dropout_reason serves a mask and refuses a mask with a band or in deterministic
 mode; torch_api.decide and the transformers attention function send a masked dropout call to the fused
 dropout with its mask (path "cuda+mask+dropout") and a refused one to torch's SDPA with its reason;
-cuda._launch_bwd picks the backward each case can take. GPU (marked `gpu`): output and gradients against
+cuda._hopper_backward_takes names the hopper backward's instantiations. GPU (marked `gpu`): output and gradients against
 float64 with the same keep mask (the test-only mask path) and the same attn_mask, bool and additive,
 padding-style (B, 1, 1, Nk) and full (B, 1, Nq, Nk), with empty and partial tiles, N not a multiple of 64,
 GQA, both kernels, both head dims, both dtypes; the same seed gives the same output twice; the backward

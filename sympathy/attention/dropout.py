@@ -70,7 +70,8 @@ def dropout_reason(q, k, v, attn_mask, dropout_p: float, kernel: str, window=NO_
         return f"dropout_p > 0 at head dim {q.shape[-1]} (the fused dropout takes {HEAD_DIMS})"
     if kernel not in ("auto", "mma", "hopper"):
         if attn_mask is not None and kernel == "naive":
-            return "dropout_p > 0 with an attn_mask the fused kernels leave to kernel='naive' (far rows or a tiny scale)"
+            return ("dropout_p > 0 with an attn_mask the fused kernels leave to kernel='naive' (far rows or a "
+                    "tiny scale)")
         return f"dropout_p > 0 on kernel={kernel!r} (mma and hopper have dropout)"
     if _local_window(window, causal_offset, q.shape[2]):
         return "dropout_p > 0 with a sliding window (not instantiated with dropout)"

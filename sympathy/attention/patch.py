@@ -8,7 +8,8 @@ Inside the context, torch.nn.functional.scaled_dot_product_attention is a functi
 exact signature that sends every call our kernels support to them (torch_api.decide: CUDA tensors,
 CPU float32, left-padding masks, on CUDA fp16/bf16 at d 64/128 any bool or additive mask tile by tile,
 dropout_p > 0 on CUDA fp16/bf16, with or without such a mask) and every other call to torch's original
-(other dtypes or masks, dropout with a mask in deterministic mode, ...), counting both. On exit, also by an exception, torch's function is put back.
+(other dtypes or masks, dropout with a mask in deterministic mode, ...), counting both. On exit, also by
+an exception, torch's function is put back.
 
 Nesting: the innermost active patch's options apply; every active patch counts the calls made while
 it is active, and `patch_stats()` counts every call since the process started (or its last reset).
