@@ -35,7 +35,7 @@ namespace sy_attn {
 namespace {
 
 // kDropoutFlag, beside the band's bits and kVarlenFlag (hopper_bwd_pipeline.cuh): dropout (p.dropout_p,
-// attention_dropout.cuh), instantiated with kBandNone, kBandCausal and (fp16) kBandMask, d = 128:
+// attention_dropout.cuh), instantiated with kBandNone, kBandCausal and kBandMask (no band), d = 128:
 // dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
 constexpr int kDropoutFlag = 8;
 
@@ -235,10 +235,12 @@ struct BwdConsumer {
     // The i-th query tile this block walks. Each GEMM is issued as soon as its operands exist and waited
     // for only when its result is needed, so the tensor cores run under this warpgroup's own work:
     // dP^T under P^T's exponentials, dV under dS^T and its store, dK under the dQ atomics.
-    // next_m0: kBandMask, the first query of the list's next tile (dropout draws its keep bits at the end).
+    // list, m, end: kBandMask, the block's list, this tile's entry and the entry count (dropout draws the next
+    // entry's keep bits at the end). The loop holds all three anyway; the next tile's row computed before the
+    // tile and passed in spilled 28 bytes at bf16 (re-read from the parameters: 136).
     template <bool kMask>
     __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int len_k,
-                                         const sy_attn_bwd_params &p, int next_m0 = 0) {
+                                         const sy_attn_bwd_params &p, const int *list = nullptr, int m = 0, int end = 0) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
@@ -264,7 +266,8 @@ struct BwdConsumer {
             fence_regs(dp);
             compute_ds(stage, 1.f / (1.f - p.dropout_p));
             fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
-            drop_packed<std::is_same<T, __half>::value>(rP, keep_bits);   // the form ptxas keeps in registers
+            // The form ptxas keeps in registers (kBandMask bf16: 4 bytes spilled with the two-bit mask).
+            drop_packed<std::is_same<T, __half>::value || kBand == kBandMask>(rP, keep_bits);
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
@@ -300,8 +303,10 @@ struct BwdConsumer {
             const int col0 = Tr::kDqSplitColumns ? wg * 64 : 0;
             atomic_add_rows(gDqHead + col0, Tr::kHeadDim, row0, seqlen_q, tiles(dq), lane);
         }
-        if constexpr (kDropout)   // under dK's GEMM (tiles in order; kBandMask: the list names the next)
-            draw_keep(p, n0, kBand == kBandMask ? next_m0 : m0 + Tr::kBlockM);
+        if constexpr (kDropout && kBand == kBandMask)   // the list's next tile (past the end: the last, unused)
+            draw_keep(p, n0, MaskWalk::block(__ldg(list + 1 + min(m + 1, end - 1))) * Tr::kBlockM);
+        else if constexpr (kDropout)
+            draw_keep(p, n0, m0 + Tr::kBlockM);   // under dK's GEMM (dropout: tiles in order)
         wgmma_wait<0>();   // dK done: the stage's Q and dO are free
         fence_regs(dK);
         fence_regs(rdS);
@@ -419,14 +424,12 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
                 const int e = __ldg(list + 1 + m);
                 // Dropout: the next entry's tile (past the list's end: its last, drawn and never used).
-                const int next_m0 = (kMode & kDropoutFlag) != 0
-                                        ? MaskWalk::block(__ldg(list + 1 + min(m + 1, queries.end - 1))) * Tr::kBlockM : 0;
                 if (MaskWalk::cls(e) == kTileFull)
                     consumer.template tile<false>(i, MaskWalk::block(e) * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band,
-                                                  seq.len_k, p, next_m0);
+                                                  seq.len_k, p, list, m, queries.end);
                 else
                     consumer.template tile<true>(i, MaskWalk::block(e) * Tr::kBlockM, n0, seq.len_q, gDqHead, seq.band,
-                                                 seq.len_k, p, next_m0);
+                                                 seq.len_k, p, list, m, queries.end);
                 continue;
             }
             // Without a band nothing is masked (ragged keys and queries: see query_tiles).
@@ -535,13 +538,10 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
         const bool tiles_ok = p.head_dim == 64 ? check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN)
                                                : check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN);
         if (!tiles_ok) return kInvalid;
-        // With dropout: fp16 at d = 128 without a band only. bf16 is not instantiated: its consumers spilled
-        // 12 bytes (ptxas -v, sm_90a; 28 with P^T o Z's two-bit-mask form) where fp16's spill none; the mma
-        // backward serves it (and a band).
+        // With dropout: d = 128 without a band (the mma backward serves d = 64 and a band).
         if (p.dropout_p > 0.f) {
-            if constexpr (std::is_same<T, __half>::value)
-                if (p.head_dim == 128 && mode == kBandNone) return launch<TraitsD128, T, kBandMask | kDropoutFlag>(p, rows_per_head, band, stream);
-            return kUnsupported;
+            if (p.head_dim != 128 || mode != kBandNone) return kUnsupported;
+            return launch<TraitsD128, T, kBandMask | kDropoutFlag>(p, rows_per_head, band, stream);
         }
         if (p.head_dim == 64)
             return mode == kBandNone ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
@@ -573,8 +573,8 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     if (p.dtype == SY_ATTN_F32) return kUnsupported;
     if (p.mask && !p.mask_lists) return kUnsupported;   // attn_mask: tile by tile only (its lists)
     // A mask with varlen or the deterministic order: not instantiated (the mma backward or the torch-math
-    // backward serves them). A band beside the mask is served (kBandMask takes the launch's band); with
-    // dropout, launch_head_dim says what is.
+    // backward serves them). A band beside the mask is served (kBandMask takes the launch's band), with
+    // dropout not (launch_head_dim).
     if (p.mask_lists && (p.cu_seqlens_q || p.deterministic)) return kUnsupported;
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
     if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||

@@ -222,9 +222,10 @@ class Recorder:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype, d, expected", [
-    (torch.float16, 128, "sy_attn_hopper_bwd"),   # the one hopper instantiation with a mask and dropout
-    (torch.bfloat16, 128, "sy_attn_mma_bwd"),     # bf16 spilled there: the mma backward
+    (torch.float16, 128, "sy_attn_hopper_bwd"),   # the hopper instantiations with a mask and dropout
+    (torch.bfloat16, 128, "sy_attn_hopper_bwd"),
     (torch.float16, 64, "sy_attn_mma_bwd"),       # no d = 64 dropout in the hopper backward
+    (torch.bfloat16, 64, "sy_attn_mma_bwd"),
 ])
 def test_the_masked_dropout_backward_runs_where_the_routing_says(monkeypatch, dtype, d, expected):
     if "hopper" not in kernels():
@@ -245,8 +246,8 @@ def test_the_masked_dropout_backward_runs_where_the_routing_says(monkeypatch, dt
 
 
 @pytest.mark.parametrize("dtype, d, deterministic, dropout_on, masked, band, takes", [
-    (torch.float16, 128, False, True, True, False, True),     # the hopper backward's mask + dropout kernel
-    (torch.bfloat16, 128, False, True, True, False, False),   # not instantiated (spilled): the mma backward
+    (torch.float16, 128, False, True, True, False, True),     # the hopper backward's mask + dropout kernels
+    (torch.bfloat16, 128, False, True, True, False, True),
     (torch.float16, 64, False, True, True, False, False),     # no d = 64 dropout on hopper
     (torch.float16, 128, False, True, True, True, False),     # a band beside mask and dropout
     (torch.bfloat16, 128, False, True, False, False, True),   # dropout without a mask: as before

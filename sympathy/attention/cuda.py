@@ -329,13 +329,13 @@ def _hopper_backward_takes(dtype, d: int, deterministic: bool, dropout: bool, ma
     has this call's instantiation; the mma backward runs the others. Deterministic where its dQ goes through
     shared memory (bf16, or d = 128: its key blocks add each query tile in a fixed order); fp16 at d = 64
     takes the mma backward's pass. Dropout at d = 128 only (d = 64 spilled: attention_hopper_bwd.cu says
-    why); with a mask, fp16 only and no band (bf16 spilled 12 bytes there)."""
+    why); with a mask, no band."""
     torch = _torch()
     if deterministic and not (dtype == torch.bfloat16 or d == 128):
         return False
     if dropout and d == 64:
         return False
-    return not (dropout and masked and (dtype != torch.float16 or band))
+    return not (dropout and masked and band)
 
 
 def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: float, deterministic: bool,
