@@ -17,7 +17,7 @@ otherwise); --clocks samples SM clock and power with nvidia-smi during the timin
 these kernels at its 700 W cap, so the clock is part of every figure).
 
 Kernel "hopper-op" is hopper called through torch.ops.sympathy.attention_fwd, as every forward was
-before calls that need no autograd and no tracing skipped the dispatcher (cuda._direct_call_ok).
+before calls that need no autograd and no tracing skipped the dispatcher (sympathy/attention/eager.py).
 --fa4 adds FlashAttention-4 (scripts/fa4_anchor.py) to every timed cell where it is importable (a
 line says why where not); --kernels picks the columns. --gaps also times each kernel over 50 calls
 back to back (one pair of events: the GPU never waits for the host when a call's host work is shorter

@@ -95,3 +95,27 @@ def test_compile_still_sees_the_custom_op():
                        backend=counting, fullgraph=True)
     fn(q, k, v).sum().backward()
     assert any("sympathy.attention_fwd" in target for target in seen), seen
+
+
+@pytest.mark.parametrize("kernel", kernels())
+def test_eager_dropout_gives_the_dropout_ops_bits(kernel, monkeypatch):
+    from sympathy.attention import dropout
+
+    inputs = qkv(d=128, seed=9)
+    dout = torch.randn(2, 4, 333, 128, device="cuda", dtype=torch.bfloat16)
+    scale, seed, offset = 128 ** -0.5, 1234, 8
+
+    def through_op(q, k, v):
+        return dropout._dropout_op()(q, k, v, None, True, scale, kernel, True, 0, -1, -1, 0.1, seed, offset)[0]
+
+    want = grads_of(through_op, inputs, dout)
+    monkeypatch.setattr(dropout, "_dropout_op", lambda: pytest.fail("an eager dropout call went through the op"))
+
+    def eager(q, k, v):
+        out = dropout.attention(q, k, v, 0.1, True, scale, kernel, deterministic=True, seed=seed, offset=offset)[0]
+        assert type(out.grad_fn).__name__ == "EagerAttentionBackward"
+        return out
+
+    got = grads_of(eager, inputs, dout)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)

@@ -484,34 +484,31 @@ def _attention_op():
     return _op
 
 
-def _direct_call_ok(*tensors) -> bool:
-    """A forward may run _launch directly, as torch.ops.sympathy.attention_fwd's body does, when nothing
-    needs the op itself: no gradient will flow (no grad mode, or no input requires grad) and nothing but
-    eager execution watches (eager.untraced). Host fact it serves: eager.py's (the op's dispatch is host
-    time on every call, and at N <= 1024 a kernel is no longer than that)."""
-    torch = _torch()
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return False
-    return eager.untraced(torch, *tensors)
-
-
 _eager_function = None
+
+
+def _run_eager(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, deterministic: bool, window,
+               causal_offset: int, dropout=None):
+    """(out, lse) of a checked call that eager.untraced lets skip the custom ops: _launch itself without
+    autograd, eager.attention_function with it. dropout: (p, seed, offset) as _launch takes it, or None."""
+    global _eager_function
+    torch = _torch()
+    if not eager.needs_autograd(torch, q, k, v):
+        return _launch(q, k, v, attn_mask, is_causal, scale, kernel, causal_offset=causal_offset, window=window,
+                       dropout=dropout)
+    if _eager_function is None:
+        _eager_function = eager.attention_function(torch, _launch, _launch_bwd)
+    return _eager_function.apply(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset,
+                                 tuple(window), dropout)
 
 
 def _run_checked(q, k, v, attn_mask, is_causal: bool, scale: float, kernel: str, deterministic: bool,
                  window=NO_WINDOW, causal_offset: int = 0):
-    """(out, lse) of a call that _check_inputs passed (kernel: the one it picked). Eager calls skip the
-    custom op's dispatch (eager.py): without autograd _launch itself, with it eager.attention_function;
-    under torch.compile, export, a dispatch mode or functorch, torch.ops.sympathy.attention_fwd."""
-    global _eager_function
-    torch = _torch()
-    if eager.untraced(torch, q, k, v, attn_mask):
-        if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
-            return _launch(q, k, v, attn_mask, is_causal, scale, kernel, causal_offset=causal_offset, window=window)
-        if _eager_function is None:
-            _eager_function = eager.attention_function(torch, _launch, _launch_bwd)
-        return _eager_function.apply(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset,
-                                     tuple(window))
+    """(out, lse) of a call that _check_inputs passed (kernel: the one it picked): eager calls skip the
+    custom op's dispatch (_run_eager; eager.py says why); under torch.compile, export, a dispatch mode or
+    functorch, torch.ops.sympathy.attention_fwd."""
+    if eager.untraced(_torch(), q, k, v, attn_mask):
+        return _run_eager(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, window, causal_offset)
     if not has_band(causal_offset, window):   # the eight-argument form: the graph of an unbanded call is what it was
         return _attention_op()(q, k, v, attn_mask, is_causal, scale, kernel, deterministic)
     return _attention_op()(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset, *window)

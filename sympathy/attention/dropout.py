@@ -166,8 +166,15 @@ def attention(q, k, v, dropout_p: float, is_causal: bool, scale: float, kernel: 
     """(out, lse) with dropout on checked inputs (cuda._check_inputs resolved `kernel`; dropout_reason
     said yes). seed/offset None: drawn from torch's CUDA generator; given (tests): used as they are.
     attn_mask: as cuda._launch takes it (tile by tile); the keep bits are those of the unmasked call."""
+    import torch
+
+    from . import cuda, eager
+
     if seed is None or offset is None:
         seed, offset = philox_seed_offset(q.device, 4 * q.shape[0] * q.shape[1])
+    if eager.untraced(torch, q, k, v, attn_mask):   # the op's bodies without its dispatch (eager.py)
+        return cuda._run_eager(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic, tuple(window),
+                               causal_offset, dropout=(float(dropout_p), _unsigned(seed), _unsigned(offset)))
     return _dropout_op()(q, k, v, attn_mask, is_causal, float(scale), kernel, deterministic, causal_offset, *window,
                          float(dropout_p), _signed(seed), _signed(offset))
 

@@ -28,18 +28,26 @@ def untraced(torch, *tensors) -> bool:
     return wrapped is not None and all(t is None or (type(t) is torch.Tensor and not wrapped(t)) for t in tensors)
 
 
+def needs_autograd(torch, *tensors) -> bool:
+    """A gradient will flow from this call: grad mode is on and some tensor given (None skipped) requires grad.
+    Without it the launcher itself runs, as the custom op's body does."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def attention_function(torch, launch, launch_bwd):
     """The autograd.Function over launch (cuda._launch) and launch_bwd (cuda._launch_bwd):
-    apply(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset, window) -> (out, lse),
-    differentiable in q, k and v as torch.ops.sympathy.attention_fwd is (lse is not)."""
+    apply(q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset, window, dropout) -> (out,
+    lse), differentiable in q, k and v as torch.ops.sympathy.attention_fwd (and, with dropout = (p, seed, offset),
+    attention_dropout_fwd) is; lse is not."""
     from torch.autograd.function import once_differentiable
 
     class EagerAttention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset, window):
-            out, lse = launch(q, k, v, attn_mask, is_causal, scale, kernel, causal_offset=causal_offset, window=window)
+        def forward(ctx, q, k, v, attn_mask, is_causal, scale, kernel, deterministic, causal_offset, window, dropout):
+            out, lse = launch(q, k, v, attn_mask, is_causal, scale, kernel, causal_offset=causal_offset, window=window,
+                              dropout=dropout)
             ctx.save_for_backward(q, k, v, out, lse, attn_mask)
-            ctx.options = (is_causal, scale, deterministic, kernel, causal_offset, window)
+            ctx.options = (is_causal, scale, deterministic, kernel, causal_offset, window, dropout)
             ctx.mark_non_differentiable(lse)   # a statistic of the forward: gradients flow through out
             return out, lse
 
@@ -47,9 +55,9 @@ def attention_function(torch, launch, launch_bwd):
         @once_differentiable
         def backward(ctx, grad_out, _grad_lse):
             q, k, v, out, lse, attn_mask = ctx.saved_tensors
-            is_causal, scale, deterministic, kernel, causal_offset, window = ctx.options
+            is_causal, scale, deterministic, kernel, causal_offset, window, dropout = ctx.options
             dq, dk, dv = launch_bwd(grad_out, q, k, v, out, lse, attn_mask, is_causal, scale, deterministic, kernel,
-                                    causal_offset=causal_offset, window=window)
-            return dq, dk, dv, None, None, None, None, None, None, None
+                                    causal_offset=causal_offset, window=window, dropout=dropout)
+            return (dq, dk, dv) + (None,) * 8
 
     return EagerAttention
