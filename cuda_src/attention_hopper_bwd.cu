@@ -125,13 +125,13 @@ struct BwdConsumer {
     // S^T = K Q^T and dP^T = V dO^T: two commit groups, so P^T can start while dP^T still runs. kS, kDp:
     // which of the two to issue (a partial mask tile at d = 64 issues dP^T after P^T: mask_first).
     template <bool kS = true, bool kDp = true>
-    __device__ __forceinline__ void issue_s_dp(int stage) {
+    __device__ __forceinline__ void issue_s_dp(int stage, uint32_t dep = 0) {
         const uint32_t key_rows = wg * Tr::kKeysPerWG * Tr::kRowBytes, tile = stage * Tr::kQBytes;
         if (kS) fence_regs(s);
         if (kDp) fence_regs(dp);
         wgmma_fence();
         if (kS) issue_over_d(s, smem_addr(sm.k) + key_rows, smem_addr(sm.q) + tile);
-        if (kDp) issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile);
+        if (kDp) issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile + dep);
     }
 
     // P^T = exp2(S^T * scale log2 e - LSE_log2[query]); a (key, query) pair outside the band gives 0:
@@ -179,7 +179,13 @@ struct BwdConsumer {
     // that dV used. A pair of rP holds tile nt = 2kk + reg / 2, elements 2 (reg % 2) + {0, 1}.
     // Dropout (rp = 1 / (1 - p)): dS^T = P^T o (Z o dP^T rp - D), Z read bit by bit off keep_bits (no
     // expanded keep words: 8 more registers beside P^T's exponentials, where ptxas moves this work).
-    __device__ __forceinline__ void compute_ds(int stage, float rp = 1.f) {
+    // kDropInPlace (dropout at d = 64): rP becomes P^T o Z register by register here, each keep bit tested
+    // once (drop_packed after this pass tested them again; ptxas kept the 64 tests alive between: spills).
+    static constexpr bool kDropInPlace = false;
+    // kDsViaSmem (dropout at d = 64): dS^T stored step by step as compute_ds makes it, dK's GEMM reading it
+    // back from shared memory (issue_dk_smem) instead of rdS.
+    static constexpr bool kDsViaSmem = kDropout && Tr::kHeadDim == 64;
+    __device__ __forceinline__ void compute_ds(int stage, float rp = 1.f, int buffer = 0) {
         const float *delta = sm.delta + stage * Tr::kBlockM;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
@@ -189,13 +195,24 @@ struct BwdConsumer {
                 const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);   // P, undropped (dropout too)
                 float dp0 = tiles(dp)[nt][2 * half], dp1 = tiles(dp)[nt][2 * half + 1];
                 if constexpr (kDropout) {   // register 2 half + c of tile nt
-                    dp0 = keep_bit(keep_bits, nt, 2 * half) ? dp0 * rp : 0.f;
-                    dp1 = keep_bit(keep_bits, nt, 2 * half + 1) ? dp1 * rp : 0.f;
+                    const bool keep0 = keep_bit(keep_bits, nt, 2 * half), keep1 = keep_bit(keep_bits, nt, 2 * half + 1);
+                    dp0 = keep0 ? dp0 * rp : 0.f;
+                    dp1 = keep1 ? dp1 * rp : 0.f;
+                    if constexpr (kDropInPlace)   // rP becomes P^T o Z as it is read (drop_packed's mask form)
+                        rP[nt / 2][(nt % 2) * 2 + half] &= (keep0 ? 0x0000FFFFu : 0u) | (keep1 ? 0xFFFF0000u : 0u);
                 }
                 tiles(dp)[nt][2 * half] = pr.x * (dp0 - d.x);
                 tiles(dp)[nt][2 * half + 1] = pr.y * (dp1 - d.y);
             }
-            if (nt % 2 == 1) pack_step(rdS[nt / 2], dp, nt / 2);
+            if (nt % 2 == 1) {
+                if constexpr (kDsViaSmem) {   // stored as made: no 32 registers of dS^T beside dP^T and P^T
+                    uint32_t a[4];
+                    pack_step(a, dp, nt / 2);
+                    store_ds_step(buffer, nt / 2, a);
+                } else {
+                    pack_step(rdS[nt / 2], dp, nt / 2);
+                }
+            }
         }
     }
 
@@ -208,6 +225,15 @@ struct BwdConsumer {
         keep_cols_all<kKeySpans, true>(keep, make_dropout<true>(p, blockIdx.z, blockIdx.y),
                                        n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane);
         pack_keep(keep_bits, keep);
+    }
+
+    // 0, computed from every register of a (P^T: non-negative, its 16-bit halves' sign bits all 0), for
+    // a GEMM issued after it: ptxas then cannot sink P^T's exponentials below that issue.
+    static __device__ __forceinline__ uint32_t sign_bits(const uint32_t (&a)[Tr::kKStepsM][4]) {
+        uint32_t x = 0;
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk) x |= a[kk][0] | a[kk][1] | a[kk][2] | a[kk][3];
+        return (x & 0x80008000u) >> 15 >> 16 << 4 >> 4;
     }
 
     // Accumulator n8 tiles 2kk, 2kk+1 -> the k16 A fragment kk (the forward's P conversion).
@@ -235,16 +261,36 @@ struct BwdConsumer {
     // dS^T (this warpgroup's 64 key rows) to shared memory with the 128-byte swizzle: 16-byte chunk c of
     // row r at c ^ (r % 8). A warp's 32 word stores hit 32 banks (8 rows x 4 words, chunks all distinct).
     __device__ __forceinline__ void store_ds(int buffer) {
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk) store_ds_step(buffer, kk, rdS[kk]);
+    }
+
+    // k16 step kk of dS^T (queries 16 kk ..).
+    __device__ __forceinline__ void store_ds_step(int buffer, int kk, const uint32_t (&a)[4]) {
         unsigned char *base = sm.ds + buffer * Tr::kDsBytes;
 #pragma unroll
-        for (int kk = 0; kk < Tr::kKStepsM; ++kk)
+        for (int reg = 0; reg < 4; ++reg) {
+            const int row = wg * Tr::kKeysPerWG + warp * 16 + lane / 4 + (reg % 2) * 8;
+            const int chunk = 2 * kk + reg / 2, panel = chunk / 8;
+            *reinterpret_cast<uint32_t *>(base + panel * Tr::kDsPanelBytes + row * Tr::kRowBytes +
+                                          (((chunk % 8) ^ (row % 8)) << 4) + (lane % 4) * 4) = a[reg];
+        }
+    }
+
+    // kDsViaSmem: dK += dS^T Q with dS^T read from shared memory (this warpgroup's 64 key rows, K-major
+    // as K is in issue_over_d), Q MN-major as in issue_head_gemm.
+    __device__ __forceinline__ void issue_dk_smem(int buffer, int stage) {
+        const uint32_t a_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + wg * Tr::kKeysPerWG * Tr::kRowBytes;
+        const uint32_t b_base = smem_addr(sm.q) + stage * Tr::kQBytes;
+        fence_regs(dK);
+        wgmma_fence();
 #pragma unroll
-            for (int reg = 0; reg < 4; ++reg) {
-                const int row = wg * Tr::kKeysPerWG + warp * 16 + lane / 4 + (reg % 2) * 8;
-                const int chunk = 2 * kk + reg / 2, panel = chunk / 8;
-                *reinterpret_cast<uint32_t *>(base + panel * Tr::kDsPanelBytes + row * Tr::kRowBytes +
-                                              (((chunk % 8) ^ (row % 8)) << 4) + (lane % 4) * 4) = rdS[kk][reg];
-            }
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk) {
+            const int panel = kk / Tr::kKStepsPerPanel, in_panel = (kk % Tr::kKStepsPerPanel) * 32;
+            GemmHead::template ss<0, 1>(dK, smem_desc(a_base + panel * Tr::kDsPanelBytes + in_panel, 16, Tr::kAtomBytes),
+                                        smem_desc(b_base + kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes), 1);
+        }
+        wgmma_commit();
     }
 
     // This warpgroup's 64 x 64 share of dQ = dS K (Traits::kDqSplitColumns): A = dS^T read MN-major
@@ -269,13 +315,19 @@ struct BwdConsumer {
     template <bool kMask>
     __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int len_k,
                                          const sy_attn_bwd_params &p) {
+        // Dropout, causal: bits 26.. of i hold the masked count (the loop says why); a power-of-2 kStages
+        // reads only the low bits, fp16 at d = 64 (3 stages) clears them.
+        if constexpr (kDropout && kBand == kBandCausal && (Tr::kStages & (Tr::kStages - 1)) != 0) i &= (1 << 26) - 1;
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
         // then dP^T and dV): issued together, dP^T's in-flight accumulators left no room for the mask's
         // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap. At
         // d = 128 too with a band (kMaskBand: the band's test beside the loads spilled 12-24 bytes there).
-        constexpr bool kMaskFirst = kBand == kBandMask && kMask && (Tr::kHeadDim == 64 || kMaskBand);
+        // Dropout at d = 64 too: issued together, ptxas hoists dP^T's wait above P^T's exponentials and
+        // runs dS^T's dropout work beside them, both 128-query accumulators live (44-128 bytes spilled).
+        constexpr bool kMaskFirst = (kBand == kBandMask && kMask && (Tr::kHeadDim == 64 || kMaskBand)) ||
+                                    (kDropout && Tr::kHeadDim == 64);
         // Dropout: the tile's keep bits were drawn at the end of the previous tile (draw_keep); dS^T is made
         // from P^T (undropped, in rP) and Z o dP^T / (1 - p), and only then rP becomes P^T o Z for dV
         // (scaled by 1 / (1 - p) at the store), so no copy of P^T is kept (16 / 32 registers at d = 128 /
@@ -290,11 +342,14 @@ struct BwdConsumer {
         fence_regs(s);
         compute_p<kMask>(stage, n0, m0, band, len_k, p);
         if constexpr (kDropout) {
+            if constexpr (kMaskFirst) issue_s_dp<false, true>(stage, sign_bits(rP));
             wgmma_wait<0>();   // dP^T done
             fence_regs(dp);
-            compute_ds(stage, 1.f / (1.f - p.dropout_p));
-            fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
-            drop_packed<std::is_same<T, __half>::value>(rP, keep_bits);   // the form ptxas keeps in registers
+            compute_ds(stage, 1.f / (1.f - p.dropout_p), buffer);
+            if constexpr (!kDropInPlace) {
+                fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
+                drop_packed<std::is_same<T, __half>::value>(rP, keep_bits);   // the form ptxas keeps in registers
+            }
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
@@ -303,12 +358,15 @@ struct BwdConsumer {
             fence_regs(dp);
             compute_ds(stage);
         }
-        store_ds(buffer);
+        if constexpr (!kDsViaSmem) store_ds(buffer);
         // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
         fence_proxy_async_shared();
         named_bar_sync(kBarDs, 256);
         issue_dq(buffer);
-        issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
+        if constexpr (kDsViaSmem)
+            issue_dk_smem(buffer, stage);
+        else
+            issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
         wgmma_wait<1>();   // dV and dQ done; dK may still run
         fence_regs(dV);
         fence_regs(rP);
@@ -433,11 +491,11 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         const bool ragged = (kMode & kVarlenFlag) != 0 && n0 + Tr::kBlockN > seq.len_k;
         if constexpr ((kMode & kDropoutFlag) != 0) consumer.draw_keep(p, n0, queries.begin * Tr::kBlockM);
         // Dropout, causal: the count of masked tiles (at most 3: the key block's 128 keys cross the diagonal
-        // in 3 query tiles of 64) rides in bits 26.. of the tile counter i, whose low bits alone pick the
-        // stage and phase (kStages a power of 2): unmasked_begin held on its own across the loop was the
-        // one value in local memory (8 bytes at the consumers' 240 registers).
+        // in 3 query tiles of 64, 2 of 128 at d = 64) rides in bits 26.. of the tile counter i, whose low
+        // bits alone pick the stage and phase (tile clears them where kStages is not a power of 2):
+        // unmasked_begin held on its own across the loop was the one value in local memory (8 bytes at the
+        // consumers' 240 registers).
         constexpr bool kCountMasked = (kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandCausal;
-        static_assert(!kCountMasked || (Tr::kStages & (Tr::kStages - 1)) == 0, "the stage from i's low bits");
         if constexpr (kCountMasked) i = (min(queries.unmasked_begin, queries.end) - queries.begin) << 26;
         for (int m = queries.begin; m < queries.end; ++m, ++i) {
             constexpr int kBand = kMode & 3;
@@ -565,8 +623,10 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     }
     if (p.dropout_p > 0.f) {
         using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
-        if (p.head_dim != 128 || (p.deterministic && !TraitsDropout::kDqViaSmem)) return kUnsupported;
-        return launch_dropout<TraitsDropout, T>(p, rows_per_head, stream);
+        if (p.deterministic && !(p.head_dim == 64 ? TraitsD64::kDqViaSmem : TraitsDropout::kDqViaSmem))
+            return kUnsupported;
+        return p.head_dim == 64 ? launch_dropout<TraitsD64, T>(p, rows_per_head, stream)
+                                : launch_dropout<TraitsDropout, T>(p, rows_per_head, stream);
     }
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
