@@ -71,6 +71,13 @@ namespace {
 constexpr int kDropoutFlag = 8;
 
 #ifdef SY_HOPPER_DEVICE_CODE
+// ceil_div(len, kBlockM), len through a volatile move: made where it is used, not hoisted.
+template <class Tr>
+__device__ __forceinline__ int pinned_tiles(int len) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(len));
+    return ceil_div(len, Tr::kBlockM);
+}
+
 // blockIdx.y (kDim 1) or .z (2), read where it is used: a volatile read cannot be hoisted out of the query
 // tile loop, so neither can what is computed from it (dropout's per-head Philox counter: hoisted, its
 // registers lived across the whole loop and pushed the loop bounds to local memory, 16-24 bytes).
@@ -179,9 +186,6 @@ struct BwdConsumer {
     // that dV used. A pair of rP holds tile nt = 2kk + reg / 2, elements 2 (reg % 2) + {0, 1}.
     // Dropout (rp = 1 / (1 - p)): dS^T = P^T o (Z o dP^T rp - D), Z read bit by bit off keep_bits (no
     // expanded keep words: 8 more registers beside P^T's exponentials, where ptxas moves this work).
-    // kDropInPlace (dropout at d = 64): rP becomes P^T o Z register by register here, each keep bit tested
-    // once (drop_packed after this pass tested them again; ptxas kept the 64 tests alive between: spills).
-    static constexpr bool kDropInPlace = false;
     // kDsViaSmem (dropout at d = 64): dS^T stored step by step as compute_ds makes it, dK's GEMM reading it
     // back from shared memory (issue_dk_smem) instead of rdS.
     static constexpr bool kDsViaSmem = kDropout && Tr::kHeadDim == 64;
@@ -194,12 +198,14 @@ struct BwdConsumer {
             for (int half = 0; half < 2; ++half) {
                 const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);   // P, undropped (dropout too)
                 float dp0 = tiles(dp)[nt][2 * half], dp1 = tiles(dp)[nt][2 * half + 1];
-                if constexpr (kDropout) {   // register 2 half + c of tile nt
+                if constexpr (kDsViaSmem) {   // the same operations, bits named first (d = 64: written
+                    // as below, ptxas's schedule of the bf16 causal kernel spilled 12 bytes)
                     const bool keep0 = keep_bit(keep_bits, nt, 2 * half), keep1 = keep_bit(keep_bits, nt, 2 * half + 1);
                     dp0 = keep0 ? dp0 * rp : 0.f;
                     dp1 = keep1 ? dp1 * rp : 0.f;
-                    if constexpr (kDropInPlace)   // rP becomes P^T o Z as it is read (drop_packed's mask form)
-                        rP[nt / 2][(nt % 2) * 2 + half] &= (keep0 ? 0x0000FFFFu : 0u) | (keep1 ? 0xFFFF0000u : 0u);
+                } else if constexpr (kDropout) {   // register 2 half + c of tile nt
+                    dp0 = keep_bit(keep_bits, nt, 2 * half) ? dp0 * rp : 0.f;
+                    dp1 = keep_bit(keep_bits, nt, 2 * half + 1) ? dp1 * rp : 0.f;
                 }
                 tiles(dp)[nt][2 * half] = pr.x * (dp0 - d.x);
                 tiles(dp)[nt][2 * half + 1] = pr.y * (dp1 - d.y);
@@ -346,10 +352,8 @@ struct BwdConsumer {
             wgmma_wait<0>();   // dP^T done
             fence_regs(dp);
             compute_ds(stage, 1.f / (1.f - p.dropout_p), buffer);
-            if constexpr (!kDropInPlace) {
-                fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
-                drop_packed<std::is_same<T, __half>::value>(rP, keep_bits);   // the form ptxas keeps in registers
-            }
+            fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
+            drop_packed<std::is_same<T, __half>::value>(rP, keep_bits);   // the form ptxas keeps in registers
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
@@ -497,7 +501,10 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // consumers' 240 registers).
         constexpr bool kCountMasked = (kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandCausal;
         if constexpr (kCountMasked) i = (min(queries.unmasked_begin, queries.end) - queries.begin) << 26;
-        for (int m = queries.begin; m < queries.end; ++m, ++i) {
+        // Dropout at d = 64 without a band: the loop's end read from the launch's parameters at each test (a
+        // volatile move), not held in a register across the loop (ptxas put it in local memory: 4 bytes).
+        constexpr bool kEndFromParams = (kMode & kDropoutFlag) != 0 && Tr::kHeadDim == 64 && (kMode & 3) == kBandNone;
+        for (int m = queries.begin; m < (kEndFromParams ? pinned_tiles<Tr>(p.seqlen_q) : queries.end); ++m, ++i) {
             constexpr int kBand = kMode & 3;
             if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
                 const int e = __ldg(list + 1 + m);
@@ -583,7 +590,8 @@ int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t s
                                : launch<Tr, T, kBandNone | kVarlen>(p, rows_per_head, band, stream);
 }
 
-// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated), no varlen.
+// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated), no varlen;
+// d = 64 and 128.
 template <class Tr, typename T>
 int launch_dropout(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
     int mode;
@@ -602,9 +610,9 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
     using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
     using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
-    // Dropout at d = 64 is not instantiated (a copy of P over the 128-query tile's registers spilled 60-176
-    // bytes; the mma backward serves it: sympathy/attention/cuda.py picks it). At d = 128 dQ goes through
-    // shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are served too.
+    // Dropout: d = 128 with dQ through shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are
+    // served too; d = 64 with TraitsD64 (bf16 dQ through shared memory, deterministic too; fp16 the atomics,
+    // refused deterministic as without dropout; tile says how its 128-query tile fits).
     // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles, with
     // the launch's band (its classes in the lists, its test in partial tiles); no dropout, varlen or
     // deterministic order (sy_attn_hopper_bwd refuses them).

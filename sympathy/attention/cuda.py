@@ -366,12 +366,10 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     # Workspaces (attention_api.h says which family needs which). Released on return while the
     # kernels may still run: safe on one stream (see _launch).
     # The hopper backward is deterministic too where its dQ goes through shared memory (bf16, or d = 128):
-    # its key blocks add each query tile in a fixed order. fp16 at d = 64 takes the mma backward's pass,
-    # and dropout at d = 64 the mma backward (the hopper backward has no d = 64 dropout: attention_hopper_bwd.cu
-    # says why). A mask takes the hopper backward's own lists.
+    # its key blocks add each query tile in a fixed order. fp16 at d = 64 takes the mma backward's pass
+    # (dropout too). A mask takes the hopper backward's own lists.
     hopper = tensor_cores and kernel == "hopper" and (attn_mask is None or mask_tiles) and not d256 \
-        and (not deterministic or q.dtype == torch.bfloat16 or d == 128) \
-        and not (dropout is not None and d == 64)
+        and (not deterministic or q.dtype == torch.bfloat16 or d == 128)
     hopper256 = d256 and _d256_hopper_backward(kernel, deterministic)
     if tensor_cores:
         # The hopper backwards have no separate dQ pass: they accumulate dQ into dq_accum at every length.
