@@ -180,7 +180,8 @@ struct BwdConsumer {
     // Dropout (rp = 1 / (1 - p)): dS^T = P^T o (Z o dP^T rp - D), Z read bit by bit off keep_bits (no
     // expanded keep words: 8 more registers beside P^T's exponentials, where ptxas moves this work).
     // kDsViaSmem (dropout at d = 64): dS^T stored step by step as compute_ds makes it, dK's GEMM reading it
-    // back from shared memory (issue_dk_smem) instead of rdS.
+    // back from shared memory (issue_dk_smem) instead of rdS: with rdS's 32 registers beside dP^T (64),
+    // P^T (32, kept for drop_packed) and dV, dK (64) the kernels spilled 40-148 bytes.
     static constexpr bool kDsViaSmem = kDropout && Tr::kHeadDim == 64;
     __device__ __forceinline__ void compute_ds(int stage, float rp = 1.f, int buffer = 0) {
         const float *delta = sm.delta + stage * Tr::kBlockM;
