@@ -94,13 +94,13 @@ struct BwdConsumer {
     // S^T = K Q^T and dP^T = V dO^T: two commit groups, so P^T can start while dP^T still runs. kS, kDp:
     // which of the two to issue (a partial mask tile at d = 64 issues dP^T after P^T: mask_first).
     template <bool kS = true, bool kDp = true>
-    __device__ __forceinline__ void issue_s_dp(int stage) {
+    __device__ __forceinline__ void issue_s_dp(int stage, uint32_t dep = 0) {
         const uint32_t key_rows = wg * Tr::kKeysPerWG * Tr::kRowBytes, tile = stage * Tr::kQBytes;
         if (kS) fence_regs(s);
         if (kDp) fence_regs(dp);
         wgmma_fence();
         if (kS) issue_over_d(s, smem_addr(sm.k) + key_rows, smem_addr(sm.q) + tile);
-        if (kDp) issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile);
+        if (kDp) issue_over_d(dp, smem_addr(sm.v) + key_rows, smem_addr(sm.dout) + tile + dep);
     }
 
     // P^T = exp2(S^T * scale log2 e - LSE_log2[query]); a (key, query) pair outside the band gives 0:
@@ -148,7 +148,11 @@ struct BwdConsumer {
     // that dV used. A pair of rP holds tile nt = 2kk + reg / 2, elements 2 (reg % 2) + {0, 1}.
     // Dropout (rp = 1 / (1 - p)): dS^T = P^T o (Z o dP^T rp - D), Z read bit by bit off keep_bits (no
     // expanded keep words: 8 more registers beside P^T's exponentials, where ptxas moves this work).
-    __device__ __forceinline__ void compute_ds(int stage, float rp = 1.f) {
+    // kDsViaSmem (dropout at d = 64): dS^T stored step by step as compute_ds makes it, dK's GEMM reading it
+    // back from shared memory (issue_dk_smem) instead of rdS: with rdS's 32 registers beside dP^T (64),
+    // P^T (32, kept for drop_packed) and dV, dK (64) the kernels spilled 40-148 bytes.
+    static constexpr bool kDsViaSmem = kDropout && Tr::kHeadDim == 64;
+    __device__ __forceinline__ void compute_ds(int stage, float rp = 1.f, int buffer = 0) {
         const float *delta = sm.delta + stage * Tr::kBlockM;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
@@ -157,14 +161,27 @@ struct BwdConsumer {
             for (int half = 0; half < 2; ++half) {
                 const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);   // P, undropped (dropout too)
                 float dp0 = tiles(dp)[nt][2 * half], dp1 = tiles(dp)[nt][2 * half + 1];
-                if constexpr (kDropout) {   // register 2 half + c of tile nt
+                if constexpr (kDsViaSmem) {   // the same operations, bits named first (d = 64: written
+                    // as below, ptxas's schedule of the bf16 causal kernel spilled 12 bytes)
+                    const bool keep0 = keep_bit(keep_bits, nt, 2 * half), keep1 = keep_bit(keep_bits, nt, 2 * half + 1);
+                    dp0 = keep0 ? dp0 * rp : 0.f;
+                    dp1 = keep1 ? dp1 * rp : 0.f;
+                } else if constexpr (kDropout) {   // register 2 half + c of tile nt
                     dp0 = keep_bit(keep_bits, nt, 2 * half) ? dp0 * rp : 0.f;
                     dp1 = keep_bit(keep_bits, nt, 2 * half + 1) ? dp1 * rp : 0.f;
                 }
                 tiles(dp)[nt][2 * half] = pr.x * (dp0 - d.x);
                 tiles(dp)[nt][2 * half + 1] = pr.y * (dp1 - d.y);
             }
-            if (nt % 2 == 1) pack_step(rdS[nt / 2], dp, nt / 2);
+            if (nt % 2 == 1) {
+                if constexpr (kDsViaSmem) {   // stored as made: no 32 registers of dS^T beside dP^T and P^T
+                    uint32_t a[4];
+                    pack_step(a, dp, nt / 2);
+                    store_ds_step(buffer, nt / 2, a);
+                } else {
+                    pack_step(rdS[nt / 2], dp, nt / 2);
+                }
+            }
         }
     }
 
@@ -204,16 +221,36 @@ struct BwdConsumer {
     // dS^T (this warpgroup's 64 key rows) to shared memory with the 128-byte swizzle: 16-byte chunk c of
     // row r at c ^ (r % 8). A warp's 32 word stores hit 32 banks (8 rows x 4 words, chunks all distinct).
     __device__ __forceinline__ void store_ds(int buffer) {
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk) store_ds_step(buffer, kk, rdS[kk]);
+    }
+
+    // k16 step kk of dS^T (queries 16 kk ..).
+    __device__ __forceinline__ void store_ds_step(int buffer, int kk, const uint32_t (&a)[4]) {
         unsigned char *base = sm.ds + buffer * Tr::kDsBytes;
 #pragma unroll
-        for (int kk = 0; kk < Tr::kKStepsM; ++kk)
+        for (int reg = 0; reg < 4; ++reg) {
+            const int row = wg * Tr::kKeysPerWG + warp * 16 + lane / 4 + (reg % 2) * 8;
+            const int chunk = 2 * kk + reg / 2, panel = chunk / 8;
+            *reinterpret_cast<uint32_t *>(base + panel * Tr::kDsPanelBytes + row * Tr::kRowBytes +
+                                          (((chunk % 8) ^ (row % 8)) << 4) + (lane % 4) * 4) = a[reg];
+        }
+    }
+
+    // kDsViaSmem: dK += dS^T Q with dS^T read from shared memory (this warpgroup's 64 key rows, K-major
+    // as K is in issue_over_d), Q MN-major as in issue_head_gemm.
+    __device__ __forceinline__ void issue_dk_smem(int buffer, int stage) {
+        const uint32_t a_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + wg * Tr::kKeysPerWG * Tr::kRowBytes;
+        const uint32_t b_base = smem_addr(sm.q) + stage * Tr::kQBytes;
+        fence_regs(dK);
+        wgmma_fence();
 #pragma unroll
-            for (int reg = 0; reg < 4; ++reg) {
-                const int row = wg * Tr::kKeysPerWG + warp * 16 + lane / 4 + (reg % 2) * 8;
-                const int chunk = 2 * kk + reg / 2, panel = chunk / 8;
-                *reinterpret_cast<uint32_t *>(base + panel * Tr::kDsPanelBytes + row * Tr::kRowBytes +
-                                              (((chunk % 8) ^ (row % 8)) << 4) + (lane % 4) * 4) = rdS[kk][reg];
-            }
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk) {
+            const int panel = kk / Tr::kKStepsPerPanel, in_panel = (kk % Tr::kKStepsPerPanel) * 32;
+            GemmHead::template ss<0, 1>(dK, smem_desc(a_base + panel * Tr::kDsPanelBytes + in_panel, 16, Tr::kAtomBytes),
+                                        smem_desc(b_base + kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes), 1);
+        }
+        wgmma_commit();
     }
 
     // This warpgroup's 64 x 64 share of dQ = dS K (Traits::kDqSplitColumns): A = dS^T read MN-major
@@ -241,13 +278,19 @@ struct BwdConsumer {
     template <bool kMask>
     __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int len_k,
                                          const sy_attn_bwd_params &p, const int *list = nullptr, int m = 0, int end = 0) {
+        // Dropout, causal: bits 26.. of i hold the masked count (the loop says why); a power-of-2 kStages
+        // reads only the low bits, fp16 at d = 64 (3 stages) clears them.
+        if constexpr (kDropout && kBand == kBandCausal && (Tr::kStages & (Tr::kStages - 1)) != 0) i &= (1 << 26) - 1;
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
         // then dP^T and dV): issued together, dP^T's in-flight accumulators left no room for the mask's
         // addresses (20 bytes of spill). Partial tiles are a mask's edges; the full ones keep the overlap. At
         // d = 128 too with a band (kMaskBand: the band's test beside the loads spilled 12-24 bytes there).
-        constexpr bool kMaskFirst = kBand == kBandMask && kMask && (Tr::kHeadDim == 64 || kMaskBand);
+        // Dropout at d = 64 too: issued together, ptxas hoists dP^T's wait above P^T's exponentials and
+        // runs dS^T's dropout work beside them, both 128-query accumulators live (44-128 bytes spilled).
+        constexpr bool kMaskFirst = (kBand == kBandMask && kMask && (Tr::kHeadDim == 64 || kMaskBand)) ||
+                                    (kDropout && Tr::kHeadDim == 64);
         // Dropout: the tile's keep bits were drawn at the end of the previous tile (draw_keep); dS^T is made
         // from P^T (undropped, in rP) and Z o dP^T / (1 - p), and only then rP becomes P^T o Z for dV
         // (scaled by 1 / (1 - p) at the store), so no copy of P^T is kept (16 / 32 registers at d = 128 /
@@ -262,9 +305,10 @@ struct BwdConsumer {
         fence_regs(s);
         compute_p<kMask>(stage, n0, m0, band, len_k, p);
         if constexpr (kDropout) {
+            if constexpr (kMaskFirst) issue_s_dp<false, true>(stage, nonnegative_dep(rP));
             wgmma_wait<0>();   // dP^T done
             fence_regs(dp);
-            compute_ds(stage, 1.f / (1.f - p.dropout_p));
+            compute_ds(stage, 1.f / (1.f - p.dropout_p), buffer);
             fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
             // The form ptxas keeps in registers (kBandMask bf16: 4 bytes spilled with the two-bit mask).
             drop_packed<std::is_same<T, __half>::value || kBand == kBandMask>(rP, keep_bits);
@@ -276,12 +320,15 @@ struct BwdConsumer {
             fence_regs(dp);
             compute_ds(stage);
         }
-        store_ds(buffer);
+        if constexpr (!kDsViaSmem) store_ds(buffer);
         // The stores reach wgmma's proxy, then every thread whose dS^T rows the dQ GEMM reads has stored.
         fence_proxy_async_shared();
         named_bar_sync(kBarDs, 256);
         issue_dq(buffer);
-        issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
+        if constexpr (kDsViaSmem)
+            issue_dk_smem(buffer, stage);
+        else
+            issue_head_gemm(dK, rdS, sm.q, stage);     // dK += dS^T Q
         wgmma_wait<1>();   // dV and dQ done; dK may still run
         fence_regs(dV);
         fence_regs(rP);
@@ -413,13 +460,16 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             consumer.draw_keep(p, n0, queries.begin * Tr::kBlockM);
         }
         // Dropout, causal: the count of masked tiles (at most 3: the key block's 128 keys cross the diagonal
-        // in 3 query tiles of 64) rides in bits 26.. of the tile counter i, whose low bits alone pick the
-        // stage and phase (kStages a power of 2): unmasked_begin held on its own across the loop was the
-        // one value in local memory (8 bytes at the consumers' 240 registers).
+        // in 3 query tiles of 64, 2 of 128 at d = 64) rides in bits 26.. of the tile counter i, whose low
+        // bits alone pick the stage and phase (tile clears them where kStages is not a power of 2):
+        // unmasked_begin held on its own across the loop was the one value in local memory (8 bytes at the
+        // consumers' 240 registers).
         constexpr bool kCountMasked = (kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandCausal;
-        static_assert(!kCountMasked || (Tr::kStages & (Tr::kStages - 1)) == 0, "the stage from i's low bits");
         if constexpr (kCountMasked) i = (min(queries.unmasked_begin, queries.end) - queries.begin) << 26;
-        for (int m = queries.begin; m < queries.end; ++m, ++i) {
+        // Dropout at d = 64 without a band: the loop's end read from the launch's parameters at each test (a
+        // volatile move), not held in a register across the loop (ptxas put it in local memory: 4 bytes).
+        constexpr bool kEndFromParams = (kMode & kDropoutFlag) != 0 && Tr::kHeadDim == 64 && (kMode & 3) == kBandNone;
+        for (int m = queries.begin; m < (kEndFromParams ? pinned_tiles<Tr>(p.seqlen_q) : queries.end); ++m, ++i) {
             constexpr int kBand = kMode & 3;
             if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
                 const int e = __ldg(list + 1 + m);
@@ -446,76 +496,14 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 #endif
 }
 
+}  // namespace
+}  // namespace sy_attn
+
 // ---- host -----------------------------------------------------------------------------------------------
-template <class Tr, typename T, int kMode>
-int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream_t stream) {
-    constexpr auto kernel = hopper_bwd_kernel<Tr, T, kMode>;
-    int status = prepare_kernel<kernel>(Tr::kSmemBytes);   // the body exists only in an sm_90a build
-    if (status != kOk) return status;
+#include "hopper_bwd_launch.cuh"   // launch, launch_causal, launch_dropout (they name hopper_bwd_kernel)
 
-    constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
-    const int map_batch = kVarlen ? 1 : p.batch;   // varlen: the packed rows as one batch
-    CUtensorMap tm_q, tm_do, tm_k, tm_v;
-    status = encode_map(&tm_q, p.q, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.q_strides, Tr::kBlockM);
-    if (status == kOk)
-        status = encode_map(&tm_do, p.dout, p.dtype, Tr::kHeadDim, p.seqlen_q, p.heads_q, map_batch, p.dout_strides,
-                            Tr::kBlockM);
-    if (status == kOk)
-        status = encode_map(&tm_k, p.k, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.k_strides, Tr::kBlockN);
-    if (status == kOk)
-        status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, map_batch, p.v_strides, Tr::kBlockN);
-    if (status != kOk) return status;
-
-    // dQ through shared memory: dq_accum tile-major over rows_per_head rows a head (attention_api.h).
-    constexpr bool kDqTiled = Tr::kDqViaSmem && !kVarlen;
-    const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * (kDqTiled ? rows_per_head : p.seqlen_q) *
-                            Tr::kHeadDim * sizeof(float);
-    if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk) return status;
-    if (p.deterministic) {   // the per-tile counters after dq_accum (only tile-major launches get here)
-        const size_t sem_bytes = static_cast<size_t>(p.batch) * p.heads_q * (rows_per_head / Tr::kBlockM) * sizeof(int);
-        const cudaError_t err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, sem_bytes, stream);
-        if (err != cudaSuccess)
-            return static_cast<int>(err);
-    }
-    dim3 grid(ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
-    if ((status = launch_status()) != kOk) return status;
-
-    if (kDqTiled)
-        status = launch_dq_tiled_convert<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q, rows_per_head,
-                                            Tr::kHeadDim, p.scale, stream);
-    else
-        status = launch_dq_convert<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, p.seqlen_q, Tr::kHeadDim, p.scale,
-                                  kVarlen, stream);
-    if (status != kOk || p.heads_q == p.heads_kv) return status;   // the kernel wrote dk and dv itself
-    const int group = p.heads_q / p.heads_kv;
-    status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, map_batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim,
-                              1.f, stream);
-    if (status != kOk) return status;
-    return launch_reduce<T>(p.dv_accum, p.dv, p.dv_strides, map_batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim, 1.f,
-                            stream);
-}
-
-template <class Tr, typename T, int kVarlen>
-int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
-    int mode;
-    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
-                                p.seqlen_k, &mode, kVarlen != 0);
-    if (mode == kBandLocal) return launch<Tr, T, kBandLocal | kVarlen>(p, rows_per_head, band, stream);
-    return mode == kBandCausal ? launch<Tr, T, kBandCausal | kVarlen>(p, rows_per_head, band, stream)
-                               : launch<Tr, T, kBandNone | kVarlen>(p, rows_per_head, band, stream);
-}
-
-// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated), no varlen.
-template <class Tr, typename T>
-int launch_dropout(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
-    int mode;
-    const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
-                                p.seqlen_k, &mode);
-    if (mode == kBandLocal || p.cu_seqlens_q) return kUnsupported;
-    return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, rows_per_head, band, stream)
-                               : launch<Tr, T, kBandNone | kDropoutFlag>(p, rows_per_head, band, stream);
-}
+namespace sy_attn {
+namespace {
 
 template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
@@ -525,9 +513,9 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
     using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
     using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
-    // Dropout at d = 64 is not instantiated (a copy of P over the 128-query tile's registers spilled 60-176
-    // bytes; the mma backward serves it: sympathy/attention/cuda.py picks it). At d = 128 dQ goes through
-    // shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are served too.
+    // Dropout: d = 128 with dQ through shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are
+    // served too; d = 64 with TraitsD64 (bf16 dQ through shared memory, deterministic too; fp16 the atomics,
+    // refused deterministic as without dropout; tile says how its 128-query tile fits).
     // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles, with
     // the launch's band (its classes in the lists, its test in partial tiles); no varlen or deterministic
     // order (sy_attn_hopper_bwd refuses them).
@@ -551,8 +539,10 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     }
     if (p.dropout_p > 0.f) {
         using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
-        if (p.head_dim != 128 || (p.deterministic && !TraitsDropout::kDqViaSmem)) return kUnsupported;
-        return launch_dropout<TraitsDropout, T>(p, rows_per_head, stream);
+        if (p.deterministic && !(p.head_dim == 64 ? TraitsD64::kDqViaSmem : TraitsDropout::kDqViaSmem))
+            return kUnsupported;
+        return p.head_dim == 64 ? launch_dropout<TraitsD64, T>(p, rows_per_head, stream)
+                                : launch_dropout<TraitsDropout, T>(p, rows_per_head, stream);
     }
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)

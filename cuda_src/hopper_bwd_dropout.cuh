@@ -62,4 +62,15 @@ __device__ __forceinline__ void drop_packed(uint32_t (&a)[kSteps][4], const uint
         }
 }
 
+// 0, computed from every register of a (P^T's A fragments: non-negative, so the top bit of each high half is
+// 0), added to the address of a GEMM issued after a is made (dropout at d = 64: dP^T's), so that ptxas cannot
+// sink a's exponentials below that issue, beside the GEMM's accumulators.
+template <int kSteps>
+__device__ __forceinline__ uint32_t nonnegative_dep(const uint32_t (&a)[kSteps][4]) {
+    uint32_t x = 0;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) x |= a[kk][0] | a[kk][1] | a[kk][2] | a[kk][3];
+    return x >> 31;
+}
+
 }  // namespace sy_attn

@@ -136,6 +136,14 @@ __device__ __forceinline__ BlockRange query_tiles(int n0, int len_q, int len_k, 
     return band_blocks(n0, min(n0 + Tr::kBlockN, len_k) - 1, len_q, Tr::kBlockM, Band{-band.hi, -band.lo});
 }
 
+// ceil_div(len, kBlockM) with len through a volatile move: made where it is used, not hoisted (dropout at d = 64
+// without a band: the loop's end, which ptxas otherwise kept in local memory).
+template <class Tr>
+__device__ __forceinline__ int pinned_tiles(int len) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(len));
+    return ceil_div(len, Tr::kBlockM);
+}
+
 // kBandMask: key block n_block's list of query tiles in head (b, h) ([count, entries...], attention_mask.cuh);
 // other modes: null.
 template <int kMode>

@@ -63,6 +63,46 @@ static bool ref_keep(const Dropout &d, int i, int j) {   // the layout's definit
     const int word = ((i % 2) ^ (j / 16 % 2)) * 2 + j % 16 / 8, byte = (i % 16 / 8) * 2 + j % 2;
     return ((words[word] >> (8 * byte)) & 0xFF) < (d.threshold4 & 0xFF);
 }
+// The backward's S^T (keys as rows): kSpans 32-query spans a tile (2 at d = 128's 64-query tiles, 4 at
+// d = 64's 128-query tiles), keep_cols_all / pack_keep / keep_bit / drop_packed / dropout_cols_* over it.
+template <int kSpans>
+static void check_cols(const Dropout &d, long &bad, long &checked) {
+    constexpr int kSteps = 2 * kSpans, kTiles = 4 * kSpans;
+    for (int key0 : {0, 16, 80}) for (int q0 : {0, 64, 128, 192}) {
+        if (q0 % (32 * kSpans) != 0) continue;   // tiles start at multiples of their size
+        uint4 k[32][kSpans];
+        for (g_pass = 0; g_pass < 2; ++g_pass)
+            for (g_lane = 0; g_lane < 32; ++g_lane) { g_call = 0; keep_cols_all<kSpans, true>(k[g_lane], d, key0 + g_lane / 4, q0, g_lane); }
+        for (g_lane = 0; g_lane < 32; ++g_lane) {
+            uint32_t bits[kSpans / 2], a[kSteps][4], b[kSteps][4], c[kSteps][4];
+            float x[kTiles][4];
+            pack_keep<kSpans>(bits, k[g_lane]);
+            for (auto &s : a) for (auto &r : s) r = 0xFFFFFFFFu;
+            for (auto &s : b) for (auto &r : s) r = 0xFFFFFFFFu;
+            for (auto &s : c) for (auto &r : s) r = 0xFFFFFFFFu;
+            for (auto &s : x) for (auto &r : s) r = 1.f;
+            dropout_cols_packed<kSteps>(a, k[g_lane]);
+            drop_packed(b, bits);
+            drop_packed<true>(c, bits);   // the per-half form (the fp16 hopper backward)
+            dropout_cols_scale<kTiles>(x, k[g_lane], 2.f);
+            for (int nt = 0; nt < kTiles; ++nt) for (int r = 0; r < 4; ++r) {
+                const int j = key0 + g_lane / 4 + 8 * (r / 2), i = q0 + 8 * nt + 2 * (g_lane % 4) + r % 2;
+                const bool want = ref_keep(d, i, j);
+                bad += ((x[nt][r] != 0.f) != want) + (keep_bit(bits, nt, r) != want);
+                checked += 2;
+            }
+            for (int kk = 0; kk < kSteps; ++kk) for (int reg = 0; reg < 4; ++reg) for (int h = 0; h < 2; ++h) {
+                const int nt = 2 * kk + reg / 2, j = key0 + g_lane / 4 + 8 * (reg % 2), i = q0 + 8 * nt + 2 * (g_lane % 4) + h;
+                const bool want = ref_keep(d, i, j);
+                const uint32_t ha = (a[kk][reg] >> (16 * h)) & 0xFFFF, hb = (b[kk][reg] >> (16 * h)) & 0xFFFF;
+                const uint32_t hc = (c[kk][reg] >> (16 * h)) & 0xFFFF;
+                bad += ((ha != 0) != want) + ((hb != 0) != want) + (ha != 0 && ha != 0xFFFF) + (hc != hb);
+                checked += 3;
+            }
+        }
+    }
+}
+
 int main() {
     long bad = 0, checked = 0;
     for (float prob : {0.1f, 0.3f, 0.5f}) {
@@ -100,38 +140,8 @@ int main() {
             }
         }
     }
-    for (int key0 : {0, 16, 80}) for (int q0 : {0, 64, 192}) {   // backward: a warp's 16 keys, 64 queries
-        uint4 k[32][2];
-        for (g_pass = 0; g_pass < 2; ++g_pass)
-            for (g_lane = 0; g_lane < 32; ++g_lane) { g_call = 0; keep_cols_all<2, true>(k[g_lane], d, key0 + g_lane / 4, q0, g_lane); }
-        for (g_lane = 0; g_lane < 32; ++g_lane) {
-            uint32_t bits[1], a[4][4], b[4][4], c[4][4];
-            float x[8][4];
-            pack_keep<2>(bits, k[g_lane]);
-            for (auto &s : a) for (auto &r : s) r = 0xFFFFFFFFu;
-            for (auto &s : b) for (auto &r : s) r = 0xFFFFFFFFu;
-            for (auto &s : c) for (auto &r : s) r = 0xFFFFFFFFu;
-            for (auto &s : x) for (auto &r : s) r = 1.f;
-            dropout_cols_packed<4>(a, k[g_lane]);
-            drop_packed(b, bits);
-            drop_packed<true>(c, bits);   // the per-half form (the fp16 hopper backward)
-            dropout_cols_scale<8>(x, k[g_lane], 2.f);
-            for (int nt = 0; nt < 8; ++nt) for (int r = 0; r < 4; ++r) {
-                const int j = key0 + g_lane / 4 + 8 * (r / 2), i = q0 + 8 * nt + 2 * (g_lane % 4) + r % 2;
-                const bool want = ref_keep(d, i, j);
-                bad += ((x[nt][r] != 0.f) != want) + (keep_bit(bits, nt, r) != want);
-                checked += 2;
-            }
-            for (int kk = 0; kk < 4; ++kk) for (int reg = 0; reg < 4; ++reg) for (int h = 0; h < 2; ++h) {
-                const int nt = 2 * kk + reg / 2, j = key0 + g_lane / 4 + 8 * (reg % 2), i = q0 + 8 * nt + 2 * (g_lane % 4) + h;
-                const bool want = ref_keep(d, i, j);
-                const uint32_t ha = (a[kk][reg] >> (16 * h)) & 0xFFFF, hb = (b[kk][reg] >> (16 * h)) & 0xFFFF;
-                const uint32_t hc = (c[kk][reg] >> (16 * h)) & 0xFFFF;
-                bad += ((ha != 0) != want) + ((hb != 0) != want) + (ha != 0 && ha != 0xFFFF) + (hc != hb);
-                checked += 3;
-            }
-        }
-    }
+    check_cols<2>(d, bad, checked);   // d = 128: a warp's 16 keys, a 64-query tile
+    check_cols<4>(d, bad, checked);   // d = 64: a warp's 16 keys, a 128-query tile
     }
     printf("dropout layouts: %ld scores checked, %ld wrong\n", checked, bad);
     return bad != 0;

@@ -186,6 +186,31 @@ def test_keep_rate_within_a_binomial_bound():
         assert abs(keep.double().mean().item() - expect) < 6 * math.sqrt(expect * (1 - expect) / n)
 
 
+def record_launches(monkeypatch):
+    """The names of the sy_attn_* entries called from here on (cuda.library wrapped for the test)."""
+    calls, library = [], cuda.library
+
+    class Recording:
+        def __init__(self, lib):
+            self._lib = lib
+
+        def __getattr__(self, name):
+            attr = getattr(self._lib, name)
+            if not name.startswith("sy_attn_"):
+                return attr
+
+            def call(*args):
+                calls.append(name)
+                return attr(*args)
+            return call
+
+    def recording(arch):
+        ffi, lib = library(arch)
+        return ffi, Recording(lib)
+    monkeypatch.setattr(cuda, "library", recording)
+    return calls
+
+
 GRAD_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3}
 OUT_TOLERANCE = {torch.bfloat16: 1.6e-2, torch.float16: 4e-3}
 
@@ -202,9 +227,11 @@ def relative_error(x, ref):
     (2, 4, 4, 256, 256, False, 0), (1, 6, 2, 200, 333, True, 0), (2, 4, 1, 333, 190, True, 0),
     (1, 2, 2, 129, 400, True, 271), (1, 4, 2, 64, 2100, False, 0),
 ])
-def test_forward_and_gradients_match_float64_with_the_same_mask(kernel, dtype, d, B, Hq, Hkv, Nq, Nk, causal, offset):
+def test_forward_and_gradients_match_float64_with_the_same_mask(kernel, dtype, d, B, Hq, Hkv, Nq, Nk, causal, offset,
+                                                              monkeypatch):
     if kernel not in kernels():
         pytest.skip("kernel='hopper' needs an sm_90 GPU")
+    calls = record_launches(monkeypatch)
     p, seed, ctr = 0.17, 99, 4 * 1000
     q, k, v = inputs(B, Hq, Hkv, Nq, Nk, d, dtype)
     dout = torch.randn(B, Hq, Nq, d, device="cuda").to(dtype)
@@ -212,7 +239,10 @@ def test_forward_and_gradients_match_float64_with_the_same_mask(kernel, dtype, d
         t.requires_grad_(True)
     out, lse = dropout.attention(q, k, v, p, causal, 1 / math.sqrt(d), kernel, causal_offset=offset, seed=seed,
                                  offset=ctr)
+    del calls[:]
     grads = torch.autograd.grad(out, (q, k, v), dout)
+    other = "mma" if kernel == "hopper" else "hopper"   # the kernel's own backward (d = 64 and 128)
+    assert f"sy_attn_{kernel}_bwd" in calls and f"sy_attn_{other}_bwd" not in calls, calls
     keep = dropout._dropout_mask(B, Hq, Nq, Nk, p, seed, ctr, q.device)
     leaves = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
     ref = dropout.reference(*leaves, keep, p, causal, causal_offset=offset)

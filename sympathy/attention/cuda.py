@@ -328,12 +328,12 @@ def _hopper_backward_takes(dtype, d: int, deterministic: bool, dropout: bool, ma
     """After a `hopper` forward (fp16/bf16, d 64/128, a mask tile by tile), whether attention_hopper_bwd.cu
     has this call's instantiation; the mma backward runs the others. Deterministic where its dQ goes through
     shared memory (bf16, or d = 128: its key blocks add each query tile in a fixed order); fp16 at d = 64
-    takes the mma backward's pass. Dropout at d = 128 only (d = 64 spilled: attention_hopper_bwd.cu says
-    why); with a mask, no band."""
+    takes the mma backward's pass. Dropout at d 64 and 128; dropout with a mask at d = 128 only, and with no
+    band."""
     torch = _torch()
     if deterministic and not (dtype == torch.bfloat16 or d == 128):
         return False
-    if dropout and d == 64:
+    if dropout and masked and d == 64:
         return False
     return not (dropout and masked and band)
 
