@@ -248,7 +248,10 @@ def test_the_masked_dropout_backward_runs_where_the_routing_says(monkeypatch, dt
 @pytest.mark.parametrize("dtype, d, deterministic, dropout_on, masked, band, takes", [
     (torch.float16, 128, False, True, True, False, True),     # the hopper backward's mask + dropout kernels
     (torch.bfloat16, 128, False, True, True, False, True),
-    (torch.float16, 64, False, True, True, False, False),     # no d = 64 dropout on hopper
+    (torch.float16, 64, False, True, True, False, False),     # no d = 64 mask + dropout on hopper
+    (torch.bfloat16, 64, False, True, False, False, True),    # d = 64 dropout without a mask: hopper (drop64)
+    (torch.bfloat16, 64, True, True, False, False, True),     # ... deterministic too (bf16: dQ through smem)
+    (torch.float16, 64, True, True, False, False, False),     # fp16 d = 64 deterministic: the mma pass
     (torch.float16, 128, False, True, True, True, False),     # a band beside mask and dropout
     (torch.bfloat16, 128, False, True, False, False, True),   # dropout without a mask: as before
     (torch.bfloat16, 64, False, False, True, False, True),    # a mask without dropout: as before
