@@ -21,7 +21,7 @@ from sympathy.attention.torch_api import decide  # noqa: E402
 
 from test_attention_gpu import assert_close, make_inputs, reference, skip_unless_runnable  # noqa: E402
 from test_attention_gpu_backward import GRAD_TOLERANCE, reference_grads, relative_error  # noqa: E402
-from test_attention_mask_tiles import MASK_KERNELS, brute_classes, random_mask  # noqa: E402
+from test_attention_mask_tiles import MASK_KERNELS, brute_classes, check_mask_call, random_mask  # noqa: E402
 
 
 def draw_band(draw, Nq, Nk):
@@ -168,38 +168,11 @@ def test_mask_with_a_band_resolves_to_the_fast_kernels():
 
 # ---- GPU: the kernels against float64 with the merged mask -------------------------------------------------
 def check_mask_band_call(kernel, q, k, v, mask, offset, window, grads=True, monkeypatch=None):
-    """Forward into NaN-poisoned buffers and (grads) gradients against float64 with the merged mask; the
-    forward runs `kernel` itself, and with monkeypatch the backward must not be the torch-math one."""
-    B, Hq, Nq, d = q.shape
-    dense = merged(mask, (B, Hq, Nq, k.shape[2]), offset, window)
-    ref_out, ref_lse = reference(q, k, v, attn_mask=dense)
-    out = torch.full((B, Hq, Nq, d), float("nan"), dtype=q.dtype, device=q.device)
-    lse = torch.full((B, Hq, Nq), float("nan"), dtype=torch.float32, device=q.device)
-    resolved = cuda._check_inputs(q, k, v, mask, False, None, True, kernel, True, causal_offset=offset, window=window)
-    assert resolved == kernel
-    cuda._launch(q, k, v, mask, False, 1.0 / math.sqrt(d), resolved, out=out, lse=lse, causal_offset=offset,
-                 window=window)
-    torch.cuda.synchronize()
-    assert_close(out, lse, ref_out.nan_to_num(0.0), ref_lse, q.dtype)
-    if not grads:
-        return
-    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    out = cuda.scaled_dot_product_attention(*leaves, mask, enable_gqa=True, kernel=kernel, window=window,
-                                            causal_offset=offset)
-    dout = torch.randn_like(out)
-    if monkeypatch is None:
-        out.backward(dout)
-    else:
-        def refuse(*args, **kwargs):
-            raise AssertionError("the torch-math backward ran")
-        with monkeypatch.context() as patched:
-            patched.setattr(cuda, "_math_backward", refuse)
-            out.backward(dout)
-    want = reference_grads(q, k, v, dout, out=out.detach(), attn_mask=dense)
-    for name, leaf, ref in zip("qkv", leaves, want):
-        assert torch.isfinite(leaf.grad).all(), f"d{name} is not finite"
-        err = relative_error(leaf.grad, ref.nan_to_num(0.0))
-        assert err <= GRAD_TOLERANCE[q.dtype], f"d{name}: relative error {err:.2e}"
+    """test_attention_mask_tiles.check_mask_call with the band beside the mask: the forward runs `kernel`
+    itself into NaN-poisoned buffers, and (grads) the gradients, against float64 on the merged mask."""
+    B, Hq, Nq, _ = q.shape
+    check_mask_call(kernel, q, k, v, mask, grads, monkeypatch, dense=merged(mask, (B, Hq, Nq, k.shape[2]), offset, window),
+                    causal_offset=offset, window=window)
 
 
 @pytest.mark.gpu

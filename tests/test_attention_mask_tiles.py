@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 
 import sympathy as sy  # noqa: E402
 from sympathy.attention import cuda, mask_tiles  # noqa: E402
+from sympathy.attention.band import has_band  # noqa: E402
 from sympathy.attention.torch_api import decide  # noqa: E402
 
 from test_attention_gpu import assert_close, make_inputs, reference, skip_unless_runnable  # noqa: E402
@@ -218,23 +219,27 @@ def test_math_backward_of_a_swamped_row_is_torchs_softmax_gradient():
 
 
 # ---- GPU: the kernels against float64 with the same mask ----------------------------------------------------
-def check_mask_call(kernel, q, k, v, mask, grads=True, monkeypatch=None):
+def check_mask_call(kernel, q, k, v, mask, grads=True, monkeypatch=None, *, dense=None, causal_offset=0, window=None):
     """Forward into NaN-poisoned buffers and gradients against float64 with the same mask; with monkeypatch,
-    our backward must not fall back to the torch-math one (the reference below uses that formula itself)."""
+    our backward must not fall back to the torch-math one (the reference below uses that formula itself).
+    A band (causal_offset, window) goes to the kernels beside the mask; `dense` is then the merged mask the
+    reference takes (test_attention_mask_band.py)."""
     B, Hq, Nq, d = q.shape
-    dense = mask.expand(B, Hq, Nq, k.shape[2])
+    if dense is None:
+        dense = mask.expand(B, Hq, Nq, k.shape[2])
+    band = {"causal_offset": causal_offset, "window": window or (-1, -1)}
     ref_out, ref_lse = reference(q, k, v, attn_mask=dense)
     out = torch.full((B, Hq, Nq, d), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((B, Hq, Nq), float("nan"), dtype=torch.float32, device=q.device)
-    resolved = cuda._check_inputs(q, k, v, mask, False, None, True, kernel)
+    resolved = cuda._check_inputs(q, k, v, mask, False, None, True, kernel, has_band(**band), **band)
     assert resolved == kernel
-    cuda._launch(q, k, v, mask, False, 1.0 / math.sqrt(d), resolved, out=out, lse=lse)
+    cuda._launch(q, k, v, mask, False, 1.0 / math.sqrt(d), resolved, out=out, lse=lse, **band)
     torch.cuda.synchronize()
     assert_close(out, lse, ref_out.nan_to_num(0.0), ref_lse, q.dtype)
     if not grads:
         return
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    out = cuda.scaled_dot_product_attention(*leaves, mask, enable_gqa=True, kernel=kernel)
+    out = cuda.scaled_dot_product_attention(*leaves, mask, enable_gqa=True, kernel=kernel, **band)
     dout = torch.randn_like(out)
     if monkeypatch is None:
         out.backward(dout)
@@ -246,7 +251,7 @@ def check_mask_call(kernel, q, k, v, mask, grads=True, monkeypatch=None):
             out.backward(dout)
     want = reference_grads(q, k, v, dout, out=out.detach(), attn_mask=dense)
     for name, leaf, ref in zip("qkv", leaves, want):
-        assert torch.isfinite(leaf.grad).all()
+        assert torch.isfinite(leaf.grad).all(), f"d{name} is not finite"
         err = relative_error(leaf.grad, ref.nan_to_num(0.0))
         assert err <= GRAD_TOLERANCE[q.dtype], f"d{name}: relative error {err:.2e}"
 
