@@ -226,10 +226,19 @@ int wait_for(struct sy_wait *w, int64_t *got) {
     return status;
 }
 
+/* A close() of ours frees consumers after raising the flag (release): space or data that appears
+ * because of it must not let the call through. acquire: pairs with it. Every way out of a wait that
+ * found its condition passes here, the first spins too: a call re-entered after its wait slice (the
+ * Python layer's) can find the space the departed consumers left on its very first probe. */
+static int unless_closing(struct sy_wait *w, int status) {
+    if (status == SY_OK && atomic_load_explicit(&w->ring->closing, memory_order_acquire)) return SY_ECLOSED;
+    return status;
+}
+
 static int wait_strategy(struct sy_wait *w, int64_t *got) {
     for (int i = 0; i < SPINS_BEFORE_CLOCK; i++) {
         sy_cpu_relax();
-        if ((*got = w->probe(w->ctx, w->want)) >= w->want) return SY_OK;
+        if ((*got = w->probe(w->ctx, w->want)) >= w->want) return unless_closing(w, SY_OK);
     }
     int64_t now = (int64_t)sy_now_ns();
     w->deadline_ns = deadline_from(w->timeout_ns);  /* late by the spins above: tens of ns */
@@ -244,10 +253,7 @@ static int wait_strategy(struct sy_wait *w, int64_t *got) {
     case SY_WAIT_SLEEP: status = wait_sleep(w, got); break;
     default: status = wait_blocking(w, got); break;
     }
-    /* A close() of ours frees consumers after raising the flag (release): space or data that
-     * appears because of it must not let the call through. acquire: pairs with it. */
-    if (status == SY_OK && atomic_load_explicit(&w->ring->closing, memory_order_acquire)) return SY_ECLOSED;
-    return status;
+    return unless_closing(w, status);
 }
 
 int sy_ring_close_stream(sy_ring *r) {

@@ -94,14 +94,15 @@ def parse_cachegrind_summary(text: str) -> dict[str, int]:
     return found
 
 
-def run_under_cachegrind(script: Path, workdir: Path) -> dict[str, float]:
+def run_under_cachegrind(script: Path, workdir: Path, caches: tuple = ()) -> dict[str, float]:
     """`valgrind --tool=cachegrind python SCRIPT`, the whole process, as in the article. The
     program's tqdm bar goes to our terminal (its stderr is ours); valgrind's own messages go to a
-    log file, from which the summary is parsed."""
+    log file, from which the summary is parsed. caches: cachegrind's --I1/--D1/--LL options; none
+    simulates this machine's caches (as the article did its own), so counts differ between machines."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind); it is what the article ran")
     log = workdir / (script.stem + ".log")
-    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--log-file={log}",
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", *caches, f"--log-file={log}",
            f"--cachegrind-out-file={workdir / (script.stem + '.out')}", sys.executable, str(script)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
