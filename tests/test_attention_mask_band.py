@@ -19,9 +19,10 @@ import sympathy as sy  # noqa: E402
 from sympathy.attention import band, cuda, mask_tiles  # noqa: E402
 from sympathy.attention.torch_api import decide  # noqa: E402
 
-from test_attention_gpu import assert_close, make_inputs, reference, skip_unless_runnable  # noqa: E402
-from test_attention_gpu_backward import GRAD_TOLERANCE, reference_grads, relative_error  # noqa: E402
-from test_attention_mask_tiles import MASK_KERNELS, brute_classes, check_mask_call, random_mask  # noqa: E402
+from test_attention_gpu import make_inputs, reference, skip_unless_runnable  # noqa: E402
+from test_attention_gpu_backward import relative_error  # noqa: E402
+from test_attention_mask_tiles import MASK_KERNELS, brute_classes, check_mask_call, draw_masked_inputs, \
+    random_mask  # noqa: E402
 
 
 def draw_band(draw, Nq, Nk):
@@ -181,15 +182,8 @@ def check_mask_band_call(kernel, q, k, v, mask, offset, window, grads=True, monk
 @given(data=st.data())
 def test_mask_and_band_match_float64_on_random_shapes(kernel, d, data, monkeypatch):
     skip_unless_runnable(kernel)
-    B, Hkv, group = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)), data.draw(st.sampled_from([1, 2]))
-    Nq, Nk = data.draw(st.integers(1, 400)), data.draw(st.integers(1, 400))
-    dtype = data.draw(st.sampled_from([torch.float16, torch.bfloat16]))
-    q, k, v = make_inputs(B, Hkv, group, Nq, Nk, d, dtype, data.draw(st.sampled_from(["bhnd", "bnhd"])),
-                          data.draw(st.integers(0, 1000)))
-    mask = random_mask(data.draw, B, Hkv * group, Nq, Nk).cuda()
-    if mask.dtype != torch.bool and data.draw(st.booleans()):
-        mask = mask.to(dtype)   # an additive mask in the query's dtype (converted to float32 once)
-    offset, window = draw_band(data.draw, Nq, Nk)
+    q, k, v, mask = draw_masked_inputs(data, d)
+    offset, window = draw_band(data.draw, q.shape[2], k.shape[2])
     check_mask_band_call(kernel, q, k, v, mask, offset, window, grads=data.draw(st.booleans()), monkeypatch=monkeypatch)
 
 

@@ -256,6 +256,20 @@ def check_mask_call(kernel, q, k, v, mask, grads=True, monkeypatch=None, *, dens
         assert err <= GRAD_TOLERANCE[q.dtype], f"d{name}: relative error {err:.2e}"
 
 
+def draw_masked_inputs(data, d):
+    """q, k, v (any batch, GQA group, lengths up to 400, dtype, layout) and a random mask for them, drawn
+    from hypothesis' data: bool or additive, float32 or (half the time) the query's dtype."""
+    B, Hkv, group = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)), data.draw(st.sampled_from([1, 2]))
+    Nq, Nk = data.draw(st.integers(1, 400)), data.draw(st.integers(1, 400))
+    dtype = data.draw(st.sampled_from([torch.float16, torch.bfloat16]))
+    q, k, v = make_inputs(B, Hkv, group, Nq, Nk, d, dtype, data.draw(st.sampled_from(["bhnd", "bnhd"])),
+                          data.draw(st.integers(0, 1000)))
+    mask = random_mask(data.draw, B, Hkv * group, Nq, Nk).cuda()
+    if mask.dtype != torch.bool and data.draw(st.booleans()):
+        mask = mask.to(dtype)   # an additive mask in the query's dtype (converted to float32 once)
+    return q, k, v, mask
+
+
 # ("hopper", 64): the hopper forward on HopperTraitsD64Short's 128 x 128 tiles, then the hopper backward.
 MASK_KERNELS = [("mma", 64), ("mma", 128), ("hopper", 64), ("hopper", 128)]
 
@@ -266,14 +280,7 @@ MASK_KERNELS = [("mma", 64), ("mma", 128), ("hopper", 64), ("hopper", 128)]
 @given(data=st.data())
 def test_masks_match_float64_on_random_shapes(kernel, d, data):
     skip_unless_runnable(kernel)
-    B, Hkv, group = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)), data.draw(st.sampled_from([1, 2]))
-    Nq, Nk = data.draw(st.integers(1, 400)), data.draw(st.integers(1, 400))
-    dtype = data.draw(st.sampled_from([torch.float16, torch.bfloat16]))
-    q, k, v = make_inputs(B, Hkv, group, Nq, Nk, d, dtype, data.draw(st.sampled_from(["bhnd", "bnhd"])),
-                          data.draw(st.integers(0, 1000)))
-    mask = random_mask(data.draw, B, Hkv * group, Nq, Nk).cuda()
-    if mask.dtype != torch.bool and data.draw(st.booleans()):
-        mask = mask.to(dtype)   # an additive mask in the query's dtype (converted to float32 once)
+    q, k, v, mask = draw_masked_inputs(data, d)
     check_mask_call(kernel, q, k, v, mask, grads=data.draw(st.booleans()))
 
 

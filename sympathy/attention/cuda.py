@@ -33,7 +33,7 @@ from .._errors import NotSupportedError
 from . import cuda_build, eager
 from ._checks import check_dropout
 from .band import NO_WINDOW, band_bounds, causal_bias_band, check_causal_offset, check_window, has_band, merge_mask
-from .cuda_build import _raise_for_status, _torch, device_arch, library
+from .cuda_build import _raise_for_status, _torch, library
 from .mask_tiles import FAR_ROW_MAX, MIN_FLOAT_MASK_SCALE, fill_params as _fill_mask_params, has_far_rows, \
     prepare as _prepare_mask, tile_shape
 from .math_backward import math_backward as _math_backward
@@ -46,6 +46,7 @@ find_nvcc, nvcc_version = cuda_build.find_nvcc, cuda_build.nvcc_version
 _check_arch, _gencode, _source_key = cuda_build._check_arch, cuda_build._gencode, cuda_build._source_key
 compile_objects, build, build_all = cuda_build.compile_objects, cuda_build.build, cuda_build.build_all
 _cdef, _libs = cuda_build._cdef, cuda_build._libs
+device_arch = cuda_build.device_arch   # dropout.py, varlen.py and scripts/ ask cuda for it
 
 KERNELS = ("naive", "tiled", "mma", "hopper")
 TILED_HEAD_DIMS = (16, 32, 64, 128)

@@ -254,8 +254,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     cache_seqlens, cache_batch_idx, capacity, host_len = _check_inputs(torch, q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx,
                                             block_table, num_splits)
     device = q.device
-    current = torch.cuda.current_device()
-    index = device.index if device.index is not None else current
+    index = cuda_build.device_index(device)
     capability, sm_count, arch = cuda_build.device_facts(index)
     if capability < (8, 0):
         raise NotSupportedError("the decode kernel needs compute capability 8.0 or newer (mma.sync on bf16)")
@@ -314,10 +313,6 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
     p.capacity, p.num_splits = capacity, num_splits
     p.scale, p.is_causal = scale, int(causal)
     p.dtype = 2 if q.dtype == torch.bfloat16 else 1   # enum sy_attn_dtype
-    if index == current:
-        status = lib.sy_attn_decode_fwd(p, ffi.cast(voidp, cuda_build.current_stream(torch, index)))
-    else:
-        with torch.cuda.device(index):
-            status = lib.sy_attn_decode_fwd(p, ffi.cast(voidp, cuda_build.current_stream(torch, index)))
+    status = cuda_build.launch_on(device, lib.sy_attn_decode_fwd, p)
     cuda._raise_for_status(status, lib, f"decode attention (B={B}, Hq={Hq}, Hkv={Hkv}, Nq={Nq}, d={d}, splits={num_splits})")
     return (out, lse) if return_softmax_lse else out
