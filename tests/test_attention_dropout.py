@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 import sympathy as sy  # noqa: E402
 from sympathy.attention import cuda, dropout  # noqa: E402
+from sympathy.attention.band import band_mask  # noqa: E402
 from sympathy.attention.torch_api import decide  # noqa: E402
 
 
@@ -116,7 +117,7 @@ def fake_cuda(shape, dtype=torch.bfloat16):
     (dict(attn_mask=torch.ones(1, dtype=torch.bool), kernel="naive"), "leave to kernel='naive'"),
     (dict(deterministic=True), None),
     (dict(kernel="naive"), "kernel='naive'"),
-    (dict(window=(16, 0)), "sliding window"),
+    (dict(window=(16, 0)), None),   # a sliding window: served since session dropwin20
     (dict(window=(-1, 0), causal_offset=3), None),   # a window open on the left: causal, served
     (dict(p=1.0), "dropout_p=1"),
 ])
@@ -229,6 +230,13 @@ def relative_error(x, ref):
 ])
 def test_forward_and_gradients_match_float64_with_the_same_mask(kernel, dtype, d, B, Hq, Hkv, Nq, Nk, causal, offset,
                                                               monkeypatch):
+    check_against_float64(monkeypatch, kernel, dtype, d, B, Hq, Hkv, Nq, Nk, causal, offset)
+
+
+def check_against_float64(monkeypatch, kernel, dtype, d, B, Hq, Hkv, Nq, Nk, causal, offset, window=(-1, -1)):
+    """Output, LSE and gradients of one fused dropout call against float64 with the same keep mask and band
+    (test_attention_dropout_window.py passes windows); the kernel's own forward and backward entries ran, rows
+    that see no key give 0 and zero dQ, and the all-kept mask gives another answer."""
     if kernel not in kernels():
         pytest.skip("kernel='hopper' needs an sm_90 GPU")
     calls = record_launches(monkeypatch)
@@ -237,22 +245,28 @@ def test_forward_and_gradients_match_float64_with_the_same_mask(kernel, dtype, d
     dout = torch.randn(B, Hq, Nq, d, device="cuda").to(dtype)
     for t in (q, k, v):
         t.requires_grad_(True)
-    out, lse = dropout.attention(q, k, v, p, causal, 1 / math.sqrt(d), kernel, causal_offset=offset, seed=seed,
-                                 offset=ctr)
+    out, lse = dropout.attention(q, k, v, p, causal, 1 / math.sqrt(d), kernel, causal_offset=offset, window=window,
+                                 seed=seed, offset=ctr)
+    assert f"sy_attn_{kernel}_fwd" in calls, calls   # the fused forward, no fallback
     del calls[:]
     grads = torch.autograd.grad(out, (q, k, v), dout)
     other = "mma" if kernel == "hopper" else "hopper"   # the kernel's own backward (d = 64 and 128)
     assert f"sy_attn_{kernel}_bwd" in calls and f"sy_attn_{other}_bwd" not in calls, calls
-    keep = dropout._dropout_mask(B, Hq, Nq, Nk, p, seed, ctr, q.device)
+    keep = dropout._dropout_mask(B, Hq, Nq, Nk, p, seed, ctr, q.device)   # the unbanded call's bits
     leaves = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
-    ref = dropout.reference(*leaves, keep, p, causal, causal_offset=offset)
+    ref = dropout.reference(*leaves, keep, p, causal, causal_offset=offset, window=window)
     ref_grads = torch.autograd.grad(ref, leaves, dout.double())
     assert relative_error(out, ref) <= OUT_TOLERANCE[dtype]
     for name, g, r in zip("qkv", grads, ref_grads):
         assert relative_error(g, r) <= GRAD_TOLERANCE[dtype], f"d{name}"
+    if causal or window != (-1, -1):   # rows that see no key: 0, and zero gradients
+        seen = band_mask(Nq, Nk, causal, offset, window, q.device).any(-1)
+        assert not out[:, :, ~seen].any() and not grads[0][:, :, ~seen].any()
     _, lse_plain = cuda.attention_with_lse(q.detach(), k.detach(), v.detach(), None, 0.0, causal, kernel=kernel,
-                                           enable_gqa=Hq != Hkv, causal_offset=offset)
-    assert torch.allclose(lse, lse_plain, atol=1e-5, equal_nan=True)   # the undropped softmax's LSE
+                                           enable_gqa=Hq != Hkv, causal_offset=offset, window=window)
+    assert torch.allclose(lse, lse_plain, atol=1e-5, equal_nan=True)   # the undropped (banded) softmax's LSE
+    everything = dropout.reference(*leaves, torch.ones_like(keep), p, causal, causal_offset=offset, window=window)
+    assert relative_error(out, everything) > OUT_TOLERANCE[dtype]   # the keep bits were applied
 
 
 @pytest.mark.gpu

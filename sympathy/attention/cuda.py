@@ -522,9 +522,9 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
     """(out, lse): attention and each query row's natural-log log-sum-exp of its scaled scores.
 
     Signature as torch's SDPA. dropout_p > 0 runs the fused dropout of dropout.py (mma and hopper,
-    fp16/bf16, d 64/128, no sliding window, an attn_mask tile by tile but not with a band or deterministic;
-    NotImplementedError naming the reason
-    otherwise); lse is then the undropped softmax's. lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
+    fp16/bf16, d 64/128, any band (window, causal_offset), an attn_mask tile by tile but not with a band
+    or deterministic; NotImplementedError naming the reason otherwise); lse is then the undropped
+    softmax's. lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
     differentiable in q, k, v (see scaled_dot_product_attention for `deterministic`, `window` and
     `causal_offset`). A stable entry for callers that build on the kernels (KV-cache prefill:
     is_causal=True, causal_offset=Nk - Nq; ring attention: the LSE).
