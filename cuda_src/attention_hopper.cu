@@ -171,16 +171,15 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
 }
 
 // Dropout: every band mode (a window's keep bits are those of the unbanded call: the band only decides which
-// scores exist), and attn_mask tile by tile on the mask's tiles without a band (d = 128, and d = 64 on
-// HopperTraitsD64Short's two consumers at 240 registers, as without dropout; Tr is then that traits).
+// scores exist), and attn_mask tile by tile on the mask's tiles, with the band as without dropout (d = 128, and
+// d = 64 on HopperTraitsD64Short's two consumers at 240 registers; Tr is then that traits).
 template <class Tr, typename T>
 int launch_dropout(const sy_attn_params &p, cudaStream_t stream) {
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
     if constexpr (Tr::kBlockM == 128 && Tr::kBlockN == 128) {
-        if (p.mask_lists) {   // no band beside the mask (the consumer tests none: hopper_fwd_consumer.cuh's mask)
-            if (mode != kBandNone) return kUnsupported;
+        if (p.mask_lists) {   // the band rides along: the lists hold its classes, partial tiles test it
             if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
             return launch<Tr, T, kBandMask | kDropoutFlag>(p, band, stream);
         }

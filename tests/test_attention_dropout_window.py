@@ -1,16 +1,19 @@
-"""Dropout with a sliding window in the fused kernels (issue 20, session dropwin20): the band's kBandLocal
-instantiated with dropout in the hopper forward and backward and the mma forward and both mma backwards; the
-keep bit of (b, h, i, j) is the one of the unbanded call (a band only decides which scores exist).
+"""Dropout with a sliding window, and with an attn_mask beside a band, in the fused kernels (issue 20, session
+dropwin20): the band's kBandLocal instantiated with dropout in the hopper forward and backward, the mma forward
+and both mma backwards; the mask's tiles with dropout take the band (the hopper backward's mask + band is not
+instantiated with dropout: the mma backward serves it). The keep bit of (b, h, i, j) is the one of the
+unbanded, unmasked call (a band or a mask only decides which scores exist).
 
-CPU (in CI): the routing. dropout_reason serves every band without a mask and keeps its other refusals;
-torch_api.decide, cuda.attention_with_lse and the transformers attention function (a Mistral-style sliding
-window mask) send a windowed dropout call to the fused dropout with its window and causal_offset; what stays
-refused names its reason, also in sy.attention.scaled_dot_product_attention's NotImplementedError. GPU
+CPU (in CI): the routing. dropout_reason serves every band, with or without a mask, and keeps its other
+refusals; torch_api.decide, cuda.attention_with_lse and the transformers attention function (a Mistral-style
+sliding window mask) send a windowed dropout call to the fused dropout with its window and causal_offset; what
+stays refused names its reason, also in sy.attention.scaled_dot_product_attention's NotImplementedError. GPU
 (marked `gpu`): output, LSE and gradients against float64 with the same keep mask (the test-only mask path)
 and the same band: windows with left = 0, right = 0, both sides, a width-1 window, rows that see no key,
 causal_offset moved either way, Nq > Nk and Nk past the mma backward's separate dQ pass (both of its
 backwards), GQA, d 64 / 128, fp16 / bf16, both kernels, the deterministic backward bit-identical twice; a
-wrong keep mask gives a wrong answer; the public entry launches the fused kernels.
+wrong keep mask gives a wrong answer; the public entry launches the fused kernels; bool and additive masks
+beside windows and moved diagonals, the backward each kernel runs recorded.
 """
 import math
 import types
@@ -24,7 +27,7 @@ from sympathy.attention import cuda, dropout, torch_api  # noqa: E402
 from sympathy.attention.band import band_mask  # noqa: E402
 from test_attention_dropout import (  # noqa: E402
     GRAD_TOLERANCE, OUT_TOLERANCE, check_against_float64, fake_cuda, inputs, kernels, record_launches, relative_error)
-from test_attention_dropout_mask import as_cuda, qkv  # noqa: E402
+from test_attention_dropout_mask import as_cuda, make_mask, qkv  # noqa: E402
 
 
 # ---- CPU: routing ---------------------------------------------------------------------------------------
@@ -46,7 +49,7 @@ def test_dropout_reason_serves_every_band_without_a_mask(window, causal_offset, 
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    (dict(attn_mask=torch.ones(1, dtype=torch.bool)), "attn_mask and a band"),   # left for later (kMaskBandFlag)
+    (dict(attn_mask=torch.ones(1, dtype=torch.bool), deterministic=True), "deterministic"),   # no masked dQ order
     (dict(dtype=torch.float32), "float16/bfloat16"),
     (dict(d=256), "head dim 256"),
     (dict(kernel="naive"), "kernel='naive'"),
@@ -56,7 +59,7 @@ def test_dropout_reason_serves_every_band_without_a_mask(window, causal_offset, 
 def test_a_window_keeps_the_other_refusals_with_their_reasons(kwargs, words):
     q = fake_cuda((2, 4, 64, kwargs.pop("d", 128)), kwargs.pop("dtype", torch.bfloat16))
     reason = dropout.dropout_reason(q, q, q, kwargs.pop("attn_mask", None), kwargs.pop("p", 0.1),
-                                    kwargs.pop("kernel", "auto"), (32, 0), 0, False)
+                                    kwargs.pop("kernel", "auto"), (32, 0), 0, kwargs.pop("deterministic", False))
     assert reason is not None and words in reason
 
 
@@ -79,11 +82,16 @@ def test_attention_with_lse_passes_the_window_to_the_fused_dropout(monkeypatch):
     assert seen["window"] == (0, 7) and seen["causal_offset"] == 0 and seen["deterministic"] is True
 
 
-def test_a_window_beside_a_mask_and_dropout_still_goes_to_torch_with_its_reason(monkeypatch):
-    as_cuda(monkeypatch)
+@pytest.mark.parametrize("band", [dict(window=(8, 8)), dict(window=(-1, 0), causal_offset=5), dict(causal_offset=-3)])
+def test_decide_sends_a_mask_with_a_band_and_dropout_to_the_fused_dropout(monkeypatch, band):
+    seen = as_cuda(monkeypatch)
     q, k, v = qkv()
-    decision = torch_api.decide(q, k, v, torch.zeros(2, 1, 100, 100), 0.1, False, enable_gqa=True, window=(8, 8))
-    assert decision.run is None and "attn_mask and a band" in decision.reason
+    mask = torch.zeros(2, 1, 100, 100)
+    decision = torch_api.decide(q, k, v, mask, 0.1, False, enable_gqa=True, deterministic=False, **band)
+    assert decision.path == "cuda+mask+dropout", decision.reason
+    decision.run()
+    assert seen["attn_mask"] is mask and seen["window"] == band.get("window", (-1, -1))
+    assert seen["causal_offset"] == band.get("causal_offset", 0)
 
 
 @pytest.mark.parametrize("window, causal_offset", [((8, 0), 0), ((-1, -1), 5)])
@@ -181,3 +189,25 @@ def test_the_public_entry_runs_windowed_dropout_on_the_fused_kernels(kernel, mon
     out = sy.attention.scaled_dot_product_attention(q, k, v, None, 0.1, True, enable_gqa=True, kernel=kernel,
                                                     window=(32, 0))
     assert calls == [f"sy_attn_{kernel}_fwd"] and out.isfinite().all()
+
+
+# (B, Hq, Hkv, Nq, Nk, causal_offset, window) beside a mask (is_causal stays False: torch's ValueError with a mask).
+MASK_BANDS = [
+    (2, 4, 2, 200, 333, 133, (64, 0)),    # a bottom-right causal window over padding
+    (2, 2, 2, 129, 400, 0, (30, 30)),     # a two-sided window
+    (1, 4, 1, 333, 190, -20, (0, 50)),    # left = 0, the diagonal moved up: rows the band or the mask leaves empty
+    (2, 2, 1, 150, 300, 150, (-1, 0)),    # a moved causal diagonal alone (the causal mode, no left edge)
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["mma", "hopper"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("kind", ["padding-bool", "full-additive"])
+@pytest.mark.parametrize("B, Hq, Hkv, Nq, Nk, offset, window", MASK_BANDS)
+def test_masked_dropout_with_a_band_matches_float64(kernel, dtype, d, kind, B, Hq, Hkv, Nq, Nk, offset, window,
+                                                     monkeypatch):
+    # The backward on mma after either forward (the hopper backward has no mask + band + dropout instantiation).
+    check_against_float64(monkeypatch, kernel, dtype, d, B, Hq, Hkv, Nq, Nk, False, offset, window,
+                          attn_mask=make_mask(kind, B, Nq, Nk, dtype), backward="mma")

@@ -17,13 +17,13 @@ probability is p rounded to a multiple of 1/256 (p = 0.1 drops 26/256 = 0.1016);
 Served: CUDA, float16/bfloat16, head dims 64 and 128, any Nq, Nk, GQA, torch's causal (top-left or
 bottom-right: causal_offset), a sliding window (`window=(left, right)`, any causal_offset, rows that see
 no key included) or an attn_mask (bool or additive, any broadcast, tile by tile as without dropout:
-mask_tiles.py), sm_80+ (`mma`) and sm_90 (`hopper`), forward and backward. Neither a band nor a mask
-changes which scores are kept: the keep bit of (b, h, i, j) is the same with or without them (they only
-decide which scores exist). Not served, each with its reason (`dropout_reason`): an attn_mask with a
-band (causal_offset, window) or in deterministic mode (no kernel orders a masked dQ) or one the fused
-kernels leave to `naive` (far rows, a tiny scale), varlen, other dtypes and head dims, CUDA graph capture
-(the offset would be frozen into the graph); sy.attention.scaled_dot_product_attention and patch() run
-torch's own SDPA for those.
+mask_tiles.py) or both, sm_80+ (`mma`) and sm_90 (`hopper`), forward and backward (a mask with a band,
+or a mask at d = 64, after a hopper forward: the mma backward). Neither a band nor a mask changes which
+scores are kept: the keep bit of (b, h, i, j) is the same with or without them (they only decide which
+scores exist). Not served, each with its reason (`dropout_reason`): an attn_mask in deterministic mode
+(no kernel orders a masked dQ) or one the fused kernels leave to `naive` (far rows, a tiny scale),
+varlen, other dtypes and head dims, CUDA graph capture (the offset would be frozen into the graph);
+sy.attention.scaled_dot_product_attention and patch() run torch's own SDPA for those.
 """
 # no `from __future__ import annotations`: torch.library reads the custom ops' annotations as types
 import math
@@ -48,18 +48,16 @@ def dropout_reason(q, k, v, attn_mask, dropout_p: float, kernel: str, window=NO_
                    causal_offset: int = 0, deterministic: bool = False) -> Optional[str]:
     """Why the fused dropout cannot take this call (None: it can). Reads shapes and dtypes only (a mask the
     fused kernels leave to `naive` is found by cuda._check_inputs, whose kernel is then passed here). Every
-    band (causal_offset, window) is served without a mask: the kernels are instantiated with each band mode."""
+    band (causal_offset, window) is served, with or without a mask: the kernels are instantiated with each
+    band mode, and the mask's tiles carry the band (classes in the lists, a test in partial tiles)."""
     import torch
 
     if dropout_p >= 1.0:
         return "dropout_p=1 (torch's answer: every probability dropped)"
     if q.device.type != "cuda":
         return "dropout_p > 0 on the CPU (the C kernel has no dropout)"
-    if attn_mask is not None:
-        if tuple(window) != NO_WINDOW or causal_offset:
-            return "dropout_p > 0 with an attn_mask and a band (causal_offset, window: not served together)"
-        if deterministic:
-            return "dropout_p > 0 with an attn_mask in deterministic mode (no kernel orders a masked dQ)"
+    if attn_mask is not None and deterministic:
+        return "dropout_p > 0 with an attn_mask in deterministic mode (no kernel orders a masked dQ)"
     if q.dtype not in (torch.float16, torch.bfloat16):
         return f"dropout_p > 0 in {q.dtype} (the fused dropout is float16/bfloat16)"
     if q.shape[-1] not in HEAD_DIMS:

@@ -10,9 +10,9 @@ our own options (kernel, deterministic, threads) come after them. Where a call g
     CPU float32 tensors  the C kernel (c_src/attention.c) as the custom op sympathy::attention_cpu,
                          differentiable (the backward is cuda._math_backward's formula in torch ops)
     NumPy arrays         sy.attention.cpu
-    dropout_p > 0        CUDA fp16/bf16 at d 64/128, with a band (window, causal_offset) or an attn_mask the
-                         kernels take tile by tile (not both, not the mask in deterministic mode): the fused
-                         dropout of the CUDA kernels (dropout.py); anything else torch's own SDPA
+    dropout_p > 0        CUDA fp16/bf16 at d 64/128, with a band (window, causal_offset), an attn_mask the
+                         kernels take tile by tile (not in deterministic mode), or both: the fused dropout
+                         of the CUDA kernels (dropout.py); anything else torch's own SDPA
     an empty input       torch's own SDPA (torch's answer, exactly: zeros where no key exists)
 
 attn_mask: a boolean mask that is left padding (key j takes part when j >= start[b]), alone or with
