@@ -490,8 +490,7 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
             }
             // Without a band nothing is masked (ragged keys and queries: see query_tiles).
             const bool masked = ragged || (kCountMasked ? (i & ((1 << 26) - 1)) < (i >> 26) ||
-                                                              (kLocalDropout && past_band_edge<Tr::kBlockM>(m, n0, seq.len_q,
-                                                                                                             seq.band))
+                                               (kLocalDropout && past_band_edge<Tr::kBlockM>(m, n0, seq.len_q, seq.band))
                                           : kBand == kBandCausal ? m < queries.unmasked_begin
                                           : kBand == kBandLocal && (m < queries.unmasked_begin || m >= queries.unmasked_end));
             if (masked)
