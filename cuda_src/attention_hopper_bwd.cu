@@ -35,7 +35,7 @@ namespace sy_attn {
 namespace {
 
 // kDropoutFlag, beside the band's bits and kVarlenFlag (hopper_bwd_pipeline.cuh): dropout (p.dropout_p,
-// attention_dropout.cuh), instantiated with kBandNone, kBandCausal and kBandMask (no band), d = 128:
+// attention_dropout.cuh), instantiated with every band mode and kBandMask (no band; d = 128 only):
 // dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
 constexpr int kDropoutFlag = 8;
 
@@ -294,9 +294,10 @@ struct BwdConsumer {
     template <bool kMask>
     __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int len_k,
                                          const sy_attn_bwd_params &p, const int *list = nullptr, int m = 0, int end = 0) {
-        // Dropout, causal: bits 26.. of i hold the masked count (the loop says why); a power-of-2 kStages
-        // reads only the low bits, fp16 at d = 64 (3 stages) clears them.
-        if constexpr (kDropout && kBand == kBandCausal && (Tr::kStages & (Tr::kStages - 1)) != 0) i &= (1 << 26) - 1;
+        // Dropout, causal or a window: bits 26.. of i hold the masked count (the loop says why); a power-of-2
+        // kStages reads only the low bits, fp16 at d = 64 (3 stages) clears them.
+        if constexpr (kDropout && kBand != kBandNone && kBand != kBandMask && (Tr::kStages & (Tr::kStages - 1)) != 0)
+            i &= (1 << 26) - 1;
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
@@ -326,8 +327,9 @@ struct BwdConsumer {
             fence_regs(dp);
             compute_ds(stage, 1.f / (1.f - p.dropout_p), buffer);
             fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
-            // The form ptxas keeps in registers (kBandMask bf16: 4 bytes spilled with the two-bit mask).
-            drop_packed<std::is_same<T, __half>::value || kBand == kBandMask>(rP, keep_bits);
+            // The form ptxas keeps in registers (kBandMask bf16: 4 bytes spilled with the two-bit mask; a window
+            // at fp16 d = 128: 8 with the per-half form).
+            drop_packed<(std::is_same<T, __half>::value && kBand != kBandLocal) || kBand == kBandMask>(rP, keep_bits);
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
@@ -479,7 +481,11 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // bits alone pick the stage and phase (tile clears them where kStages is not a power of 2):
         // unmasked_begin held on its own across the loop was the one value in local memory (8 bytes at the
         // consumers' 240 registers).
-        constexpr bool kCountMasked = (kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandCausal;
+        // A window: the leading masked count the same way (at most 3 again: the tiles before unmasked_begin hold
+        // the key block's diagonal side), the far edge tested per tile (past_band_edge); unmasked_begin and
+        // unmasked_end held across the loop spilled 8-24 bytes.
+        constexpr bool kLocalDropout = (kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandLocal;
+        constexpr bool kCountMasked = (kMode & kDropoutFlag) != 0 && ((kMode & 3) == kBandCausal || kLocalDropout);
         if constexpr (kCountMasked) i = (min(queries.unmasked_begin, queries.end) - queries.begin) << 26;
         // Dropout at d = 64 without a band: the loop's end read from the launch's parameters at each test (a
         // volatile move), not held in a register across the loop (ptxas put it in local memory: 4 bytes).
@@ -498,7 +504,8 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 continue;
             }
             // Without a band nothing is masked (ragged keys and queries: see query_tiles).
-            const bool masked = ragged || (kCountMasked ? (i & ((1 << 26) - 1)) < (i >> 26)
+            const bool masked = ragged || (kCountMasked ? (i & ((1 << 26) - 1)) < (i >> 26) ||
+                                               (kLocalDropout && past_band_edge<Tr::kBlockM>(m, n0, seq.len_q, seq.band))
                                           : kBand == kBandCausal ? m < queries.unmasked_begin
                                           : kBand == kBandLocal && (m < queries.unmasked_begin || m >= queries.unmasked_end));
             if (masked)
