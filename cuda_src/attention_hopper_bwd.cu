@@ -57,7 +57,10 @@ struct BwdConsumer {
     static constexpr int kNTilesM = Tr::kBlockM / 8;                  // n8 tiles of S^T
 
     const BwdSmem<Tr> &sm;
-    const int wg;            // 0 or 1: keys 64 wg .. of the block
+    // 0 or 1: keys 64 wg .. of the block. Passed through a shuffle from lane 0 the compiler knows it is warp-uniform
+    // and builds the wgmma descriptors in uniform registers (bf16 d = 128: 535 -> 429 SASS instructions a warp and
+    // tile, no R2UR); the dropout kernels keep the plain value (4-8 bytes of spill at d = 128 with the shuffle).
+    const int wg;
     const int warp, lane;    // inside the warpgroup: warp owns the warpgroup's rows 16 warp ..
     const float scale_log2;
 
@@ -69,7 +72,8 @@ struct BwdConsumer {
     uint32_t keep_bits[kKeySpans / 2];                  // dropout: the next tile's keep bits, packed
 
     __device__ BwdConsumer(const BwdSmem<Tr> &sm_, int wg_, float scale)
-        : sm(sm_), wg(wg_), warp((threadIdx.x % 128) / 32), lane(threadIdx.x % 32), scale_log2(scale * kLog2e) {
+        : sm(sm_), wg(kDropout ? wg_ : __shfl_sync(0xffffffffu, wg_, 0)), warp((threadIdx.x % 128) / 32),
+          lane(threadIdx.x % 32), scale_log2(scale * kLog2e) {
 #pragma unroll
         for (int i = 0; i < Tr::kHeadDim / 2; ++i) dV[i] = dK[i] = 0.f;
     }
@@ -522,59 +526,7 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 }  // namespace sy_attn
 
 // ---- host -----------------------------------------------------------------------------------------------
-#include "hopper_bwd_launch.cuh"   // launch, launch_causal, launch_dropout (they name hopper_bwd_kernel)
-
-namespace sy_attn {
-namespace {
-
-template <typename T>
-int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
-    const int rows_per_head = ceil_div(p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) *
-                              SY_ATTN_BWD_ROW_ALIGN;
-    // dQ through shared memory except fp16 at d = 64 (SY_HOPPER_BWD_DQ_TMA says why).
-    constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
-    using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
-    using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
-    // Dropout: d = 128 with dQ through shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are
-    // served too; d = 64 with TraitsD64 (bf16 dQ through shared memory, deterministic too; fp16 the atomics,
-    // refused deterministic as without dropout; tile says how its 128-query tile fits).
-    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles, with
-    // the launch's band (its classes in the lists, its test in partial tiles); no varlen or deterministic
-    // order (sy_attn_hopper_bwd refuses them).
-    if (p.mask_lists) {
-        int mode;
-        const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
-                                    p.seqlen_k, &mode);
-        const bool tiles_ok = p.head_dim == 64 ? check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN)
-                                               : check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN);
-        if (!tiles_ok) return kInvalid;
-        // With dropout: d = 128 without a band (the mma backward serves d = 64 and a band).
-        if (p.dropout_p > 0.f) {
-            if (p.head_dim != 128 || mode != kBandNone) return kUnsupported;
-            return launch<TraitsD128, T, kBandMask | kDropoutFlag>(p, rows_per_head, band, stream);
-        }
-        if (p.head_dim == 64)
-            return mode == kBandNone ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
-                                     : launch<TraitsD64, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
-        return mode == kBandNone ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, band, stream)
-                                 : launch<TraitsD128, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
-    }
-    if (p.dropout_p > 0.f) {
-        using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
-        if (p.deterministic && !(p.head_dim == 64 ? TraitsD64::kDqViaSmem : TraitsDropout::kDqViaSmem))
-            return kUnsupported;
-        return p.head_dim == 64 ? launch_dropout<TraitsD64, T>(p, rows_per_head, stream)
-                                : launch_dropout<TraitsDropout, T>(p, rows_per_head, stream);
-    }
-    if (p.cu_seqlens_q)
-        return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
-                                : launch_causal<TraitsD128, T, kVarlenFlag>(p, rows_per_head, stream);
-    return p.head_dim == 64 ? launch_causal<TraitsD64, T, 0>(p, rows_per_head, stream)
-                            : launch_causal<TraitsD128, T, 0>(p, rows_per_head, stream);
-}
-
-}  // namespace
-}  // namespace sy_attn
+#include "hopper_bwd_launch.cuh"   // launch, launch_causal, launch_dropout, launch_head_dim (they name hopper_bwd_kernel)
 
 extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream) {
     using namespace sy_attn;

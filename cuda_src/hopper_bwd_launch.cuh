@@ -1,6 +1,6 @@
 // The hopper backward's host launch (attention_hopper_bwd.cu, included there after hopper_bwd_kernel): one
 // instantiation's tensor maps, workspaces and kernels (preprocess, the backward, the dQ conversion, GQA's
-// dK / dV sums), and the band or dropout mode picked at run time.
+// dK / dV sums), and the head dim, band, mask, dropout or varlen mode picked at run time (launch_head_dim).
 #pragma once
 
 namespace sy_attn {
@@ -75,6 +75,54 @@ int launch_dropout(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t 
     if (mode == kBandLocal) return launch<Tr, T, kBandLocal | kDropoutFlag>(p, rows_per_head, band, stream);
     return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, rows_per_head, band, stream)
                                : launch<Tr, T, kBandNone | kDropoutFlag>(p, rows_per_head, band, stream);
+}
+
+
+// The head dim, the mask's lists, dropout and varlen pick the instantiation.
+template <typename T>
+int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
+    const int rows_per_head = ceil_div(p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) *
+                              SY_ATTN_BWD_ROW_ALIGN;
+    // dQ through shared memory except fp16 at d = 64 (SY_HOPPER_BWD_DQ_TMA says why).
+    constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
+    using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
+    using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
+    // Dropout: d = 128 with dQ through shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are
+    // served too; d = 64 with TraitsD64 (bf16 dQ through shared memory, deterministic too; fp16 the atomics,
+    // refused deterministic as without dropout; tile says how its 128-query tile fits).
+    // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles, with
+    // the launch's band (its classes in the lists, its test in partial tiles); no varlen or deterministic
+    // order (sy_attn_hopper_bwd refuses them).
+    if (p.mask_lists) {
+        int mode;
+        const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
+                                    p.seqlen_k, &mode);
+        const bool tiles_ok = p.head_dim == 64 ? check_mask(p, TraitsD64::kBlockM, TraitsD64::kBlockN)
+                                               : check_mask(p, TraitsD128::kBlockM, TraitsD128::kBlockN);
+        if (!tiles_ok) return kInvalid;
+        // With dropout: d = 128 without a band (the mma backward serves d = 64 and a band).
+        if (p.dropout_p > 0.f) {
+            if (p.head_dim != 128 || mode != kBandNone) return kUnsupported;
+            return launch<TraitsD128, T, kBandMask | kDropoutFlag>(p, rows_per_head, band, stream);
+        }
+        if (p.head_dim == 64)
+            return mode == kBandNone ? launch<TraitsD64, T, kBandMask>(p, rows_per_head, band, stream)
+                                     : launch<TraitsD64, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
+        return mode == kBandNone ? launch<TraitsD128, T, kBandMask>(p, rows_per_head, band, stream)
+                                 : launch<TraitsD128, T, kBandMask | kMaskBandFlag>(p, rows_per_head, band, stream);
+    }
+    if (p.dropout_p > 0.f) {
+        using TraitsDropout = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DROPOUT_TMA != 0>;
+        if (p.deterministic && !(p.head_dim == 64 ? TraitsD64::kDqViaSmem : TraitsDropout::kDqViaSmem))
+            return kUnsupported;
+        return p.head_dim == 64 ? launch_dropout<TraitsD64, T>(p, rows_per_head, stream)
+                                : launch_dropout<TraitsDropout, T>(p, rows_per_head, stream);
+    }
+    if (p.cu_seqlens_q)
+        return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
+                                : launch_causal<TraitsD128, T, kVarlenFlag>(p, rows_per_head, stream);
+    return p.head_dim == 64 ? launch_causal<TraitsD64, T, 0>(p, rows_per_head, stream)
+                            : launch_causal<TraitsD128, T, 0>(p, rows_per_head, stream);
 }
 
 }  // namespace
