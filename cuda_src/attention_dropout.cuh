@@ -219,7 +219,8 @@ __host__ __device__ __forceinline__ DropoutConsts dropout_consts(float dropout_p
     return c;
 }
 
-// 0xFFFF in each 16-bit half of x that is, as a bf16, >= the same half of bound (NaN: 0).
+// 0xFFFF in each 16-bit half of x that is, as a bf16, >= the same half of bound (NaN: 0). cuda_bf16.hpp's
+// __hge2_mask is this instruction on sm_90 (its fallback spells out the meaning: half 0 = .x, __hge).
 __device__ __forceinline__ uint32_t bf16_keep(uint32_t x, uint32_t bound) {
     uint32_t r;
     asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(bound));
