@@ -73,6 +73,15 @@ __host__ __device__ __forceinline__ BlockRange band_blocks_in(int first, int las
     return band_blocks(first, last, n_keys, block_n, band);
 }
 
+// Whether query tile m (rows m * block_m ..) reaches past the transposed band's far edge for key block n0 (a key
+// sees queries up to key - lo) or past the queries' end: m >= unmasked_end of band_blocks with the band (-hi, -lo),
+// for m in [begin, end), without holding unmasked_end. n0 through a volatile move: the bound made per tile.
+template <int block_m>
+__device__ __forceinline__ bool past_band_edge(int m, int n0, int len_q, Band band) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(n0));
+    return (m + 1) * block_m > min(n0 - band.lo + 1, len_q);
+}
+
 // The band of a launch, and its mode. seqlen_q and seqlen_k were checked by check_band.
 inline Band make_band(int is_causal, int causal_offset, int has_window, int window_left, int window_right,
                       int seqlen_q, int seqlen_k, int *mode, bool wide = false) {

@@ -172,17 +172,16 @@ int launch_causal(const sy_attn_params &p, cudaStream_t stream) {
                                : launch<Tr, T, kBandNone | kVarlen>(p, band, stream);
 }
 
-// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated), and
-// attn_mask tile by tile on the mask's tiles (d = 128, and d = 64 on HopperTraitsD64Short's two consumers at
-// 240 registers, as without dropout; Tr is then that traits).
+// Dropout: every band mode (a window's keep bits are those of the unbanded call: the band only decides which
+// scores exist), and attn_mask tile by tile on the mask's tiles, with the band as without dropout (d = 128, and
+// d = 64 on HopperTraitsD64Short's two consumers at 240 registers; Tr is then that traits).
 template <class Tr, typename T>
 int launch_dropout(const sy_attn_params &p, cudaStream_t stream) {
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
     if constexpr (Tr::kBlockM == 128 && Tr::kBlockN == 128) {
-        if (p.mask_lists) {   // no band beside the mask (the consumer tests none: hopper_fwd_consumer.cuh's mask)
-            if (mode != kBandNone) return kUnsupported;
+        if (p.mask_lists) {   // the band rides along: the lists hold its classes, partial tiles test it
             if (!check_mask(p, Tr::kBlockM, Tr::kBlockN)) return kInvalid;
             return launch<Tr, T, kBandMask | kDropoutFlag>(p, band, stream);
         }
@@ -190,7 +189,8 @@ int launch_dropout(const sy_attn_params &p, cudaStream_t stream) {
     if constexpr (std::is_same<Tr, HopperTraitsD64Short>::value) {   // taken for a mask's tiles only
         return kUnsupported;
     } else {
-        if (p.mask_lists || mode == kBandLocal) return kUnsupported;
+        if (p.mask_lists) return kUnsupported;
+        if (mode == kBandLocal) return launch<Tr, T, kBandLocal | kDropoutFlag>(p, band, stream);
         return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, band, stream)
                                    : launch<Tr, T, kBandNone | kDropoutFlag>(p, band, stream);
     }

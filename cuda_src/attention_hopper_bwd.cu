@@ -35,7 +35,7 @@ namespace sy_attn {
 namespace {
 
 // kDropoutFlag, beside the band's bits and kVarlenFlag (hopper_bwd_pipeline.cuh): dropout (p.dropout_p,
-// attention_dropout.cuh), instantiated with kBandNone, kBandCausal and kBandMask (no band), d = 128:
+// attention_dropout.cuh), instantiated with every band mode and kBandMask (no band; d = 128 only):
 // dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
 constexpr int kDropoutFlag = 8;
 
@@ -81,12 +81,26 @@ struct BwdConsumer {
 
     // acc = A B^T over d: A this warpgroup's 64 key rows of K or V, B the tile's queries of Q or dO, both
     // K-major; step kk reads columns 16kk.. of panel kk / 4 (32 bytes on inside the swizzled rows).
+    // wgmma descriptors: at d = 128 each GEMM builds its two once and steps through the k-steps with constant
+    // adds (desc_at): smem_desc's mask, shift and or on every k-step's address was ~14 instructions a wgmma,
+    // 450 of the loop's 765 a warp and tile (SASS, bf16 d = 128). At d = 64 (128-query tiles, the consumer at
+    // its 240 registers) the held descriptors spilled 4-16 bytes in three bf16 kernels: rebuilt per k-step.
+    static constexpr bool kHoldDesc = Tr::kHeadDim == 128;
+    static __device__ __forceinline__ uint64_t gemm_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+        return kHoldDesc ? smem_desc(addr, lbo, sbo) : 0;
+    }
+    static __device__ __forceinline__ uint64_t step_desc(uint64_t held, uint32_t addr, uint32_t offset, uint32_t lbo,
+                                                         uint32_t sbo) {
+        return kHoldDesc ? desc_at(held, offset) : smem_desc(addr + offset, lbo, sbo);
+    }
+
     __device__ __forceinline__ void issue_over_d(float (&acc)[Tr::kBlockM / 2], uint32_t a_base, uint32_t b_base) {
+        const uint64_t a = gemm_desc(a_base, 16, Tr::kAtomBytes), b = gemm_desc(b_base, 16, Tr::kAtomBytes);
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsD; ++kk) {
             const int panel = kk / Tr::kKStepsPerPanel, in_panel = (kk % Tr::kKStepsPerPanel) * 32;
-            GemmTile::ss(acc, smem_desc(a_base + panel * Tr::kKVPanelBytes + in_panel, 16, Tr::kAtomBytes),
-                         smem_desc(b_base + panel * Tr::kQPanelBytes + in_panel, 16, Tr::kAtomBytes), kk > 0);
+            GemmTile::ss(acc, step_desc(a, a_base, panel * Tr::kKVPanelBytes + in_panel, 16, Tr::kAtomBytes),
+                         step_desc(b, b_base, panel * Tr::kQPanelBytes + in_panel, 16, Tr::kAtomBytes), kk > 0);
         }
         wgmma_commit();
     }
@@ -116,14 +130,14 @@ struct BwdConsumer {
             mask_p(stage, n0, m0, p);
             return;
         }
-        const float *lse = sm.lse + stage * Tr::kBlockM;
+        const uint32_t lse = smem_addr(sm.lse + stage * Tr::kBlockM);
         const int key0 = n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4;
         // This lane's key row sees queries key - hi .. key - lo; relative to the tile's first query.
         const int first = key0 - band.hi - m0, last = key0 - band.lo - m0;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
             const int col = nt * 8 + 2 * (lane % 4);
-            const float2 l = *reinterpret_cast<const float2 *>(lse + col);
+            const float2 l = lds_float2(lse + col * 4);
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 float x = tiles(s)[nt][c];
@@ -153,10 +167,10 @@ struct BwdConsumer {
     // P^T (32, kept for drop_packed) and dV, dK (64) the kernels spilled 40-148 bytes.
     static constexpr bool kDsViaSmem = kDropout && Tr::kHeadDim == 64;
     __device__ __forceinline__ void compute_ds(int stage, float rp = 1.f, int buffer = 0) {
-        const float *delta = sm.delta + stage * Tr::kBlockM;
+        const uint32_t delta = smem_addr(sm.delta + stage * Tr::kBlockM) + (2 * (lane % 4)) * 4;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
-            const float2 d = *reinterpret_cast<const float2 *>(delta + nt * 8 + 2 * (lane % 4));
+            const float2 d = lds_float2(delta + nt * 8 * 4);
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);   // P, undropped (dropout too)
@@ -209,12 +223,13 @@ struct BwdConsumer {
     __device__ __forceinline__ void issue_head_gemm(float (&acc)[Tr::kHeadDim / 2], uint32_t (&a)[Tr::kKStepsM][4],
                                                     const unsigned char *tile_base, int stage) {
         const uint32_t b_base = smem_addr(tile_base) + stage * Tr::kQBytes;
+        const uint64_t b = gemm_desc(b_base, Tr::kQPanelBytes, Tr::kAtomBytes);
         fence_regs(acc);
         fence_regs(a);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsM; ++kk)
-            GemmHead::rs(acc, a[kk], smem_desc(b_base + kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes));
+            GemmHead::rs(acc, a[kk], step_desc(b, b_base, kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes));
         wgmma_commit();
     }
 
@@ -225,16 +240,16 @@ struct BwdConsumer {
         for (int kk = 0; kk < Tr::kKStepsM; ++kk) store_ds_step(buffer, kk, rdS[kk]);
     }
 
-    // k16 step kk of dS^T (queries 16 kk ..).
+    // k16 step kk of dS^T (queries 16 kk ..): one stmatrix of the step's four 8 x 8 matrices (a[i] is matrix i:
+    // rows + 8 (i % 2), queries + 8 (i / 2)); lane l addresses row l % 8 of matrix l / 8, a whole 16-byte chunk
+    // of the swizzled row. One store instruction a step instead of four 4-byte generic stores (with their
+    // 64-bit address arithmetic), and each writes 512 bytes without bank conflict (the chunks of 8 rows differ).
     __device__ __forceinline__ void store_ds_step(int buffer, int kk, const uint32_t (&a)[4]) {
-        unsigned char *base = sm.ds + buffer * Tr::kDsBytes;
-#pragma unroll
-        for (int reg = 0; reg < 4; ++reg) {
-            const int row = wg * Tr::kKeysPerWG + warp * 16 + lane / 4 + (reg % 2) * 8;
-            const int chunk = 2 * kk + reg / 2, panel = chunk / 8;
-            *reinterpret_cast<uint32_t *>(base + panel * Tr::kDsPanelBytes + row * Tr::kRowBytes +
-                                          (((chunk % 8) ^ (row % 8)) << 4) + (lane % 4) * 4) = a[reg];
-        }
+        const int m = lane / 8, row = wg * Tr::kKeysPerWG + warp * 16 + (m % 2) * 8 + lane % 8;
+        const int chunk = 2 * kk + m / 2, panel = chunk / 8;
+        stmatrix_x4(smem_addr(sm.ds) + buffer * Tr::kDsBytes + panel * Tr::kDsPanelBytes + row * Tr::kRowBytes +
+                        (((chunk % 8) ^ (row % 8)) << 4),
+                    a[0], a[1], a[2], a[3]);
     }
 
     // kDsViaSmem: dK += dS^T Q with dS^T read from shared memory (this warpgroup's 64 key rows, K-major
@@ -242,13 +257,14 @@ struct BwdConsumer {
     __device__ __forceinline__ void issue_dk_smem(int buffer, int stage) {
         const uint32_t a_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + wg * Tr::kKeysPerWG * Tr::kRowBytes;
         const uint32_t b_base = smem_addr(sm.q) + stage * Tr::kQBytes;
+        const uint64_t a = gemm_desc(a_base, 16, Tr::kAtomBytes), b = gemm_desc(b_base, Tr::kQPanelBytes, Tr::kAtomBytes);
         fence_regs(dK);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsM; ++kk) {
             const int panel = kk / Tr::kKStepsPerPanel, in_panel = (kk % Tr::kKStepsPerPanel) * 32;
-            GemmHead::template ss<0, 1>(dK, smem_desc(a_base + panel * Tr::kDsPanelBytes + in_panel, 16, Tr::kAtomBytes),
-                                        smem_desc(b_base + kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes), 1);
+            GemmHead::template ss<0, 1>(dK, step_desc(a, a_base, panel * Tr::kDsPanelBytes + in_panel, 16, Tr::kAtomBytes),
+                                        step_desc(b, b_base, kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes), 1);
         }
         wgmma_commit();
     }
@@ -259,13 +275,13 @@ struct BwdConsumer {
         const int ds_panel = Tr::kDqSplitColumns ? 0 : wg, k_panel = Tr::kDqSplitColumns ? wg : 0;
         const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + ds_panel * Tr::kDsPanelBytes;
         const uint32_t k_base = smem_addr(sm.k) + k_panel * Tr::kKVPanelBytes;
+        const uint64_t a = gemm_desc(ds_base, Tr::kDsPanelBytes, Tr::kAtomBytes), b = gemm_desc(k_base, Tr::kKVPanelBytes, Tr::kAtomBytes);
         fence_regs(dq);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kDqKSteps; ++kk)
-            GemmDq::template ss<1, 1>(dq, smem_desc(ds_base + kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
-                                      smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes),
-                                      kk > 0);
+            GemmDq::template ss<1, 1>(dq, step_desc(a, ds_base, kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
+                                      step_desc(b, k_base, kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes), kk > 0);
         wgmma_commit();
     }
 
@@ -278,9 +294,10 @@ struct BwdConsumer {
     template <bool kMask>
     __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, int len_k,
                                          const sy_attn_bwd_params &p, const int *list = nullptr, int m = 0, int end = 0) {
-        // Dropout, causal: bits 26.. of i hold the masked count (the loop says why); a power-of-2 kStages
-        // reads only the low bits, fp16 at d = 64 (3 stages) clears them.
-        if constexpr (kDropout && kBand == kBandCausal && (Tr::kStages & (Tr::kStages - 1)) != 0) i &= (1 << 26) - 1;
+        // Dropout, causal or a window: bits 26.. of i hold the masked count (the loop says why); a power-of-2
+        // kStages reads only the low bits, fp16 at d = 64 (3 stages) clears them.
+        if constexpr (kDropout && kBand != kBandNone && kBand != kBandMask && (Tr::kStages & (Tr::kStages - 1)) != 0)
+            i &= (1 << 26) - 1;
         const int stage = i % Tr::kStages, buffer = i & 1;
         mbar_wait(smem_addr(&sm.bars->q_full[stage]), (i / Tr::kStages) & 1);
         // A partial mask tile at d = 64: dP^T's 64 registers stay free while the mask is read (S^T, P^T,
@@ -310,8 +327,9 @@ struct BwdConsumer {
             fence_regs(dp);
             compute_ds(stage, 1.f / (1.f - p.dropout_p), buffer);
             fence_regs(rP);   // P^T o Z made here, not beside P^T (both alive: the copy again)
-            // The form ptxas keeps in registers (kBandMask bf16: 4 bytes spilled with the two-bit mask).
-            drop_packed<std::is_same<T, __half>::value || kBand == kBandMask>(rP, keep_bits);
+            // The form ptxas keeps in registers (kBandMask bf16: 4 bytes spilled with the two-bit mask; a window
+            // at fp16 d = 128: 8 with the per-half form).
+            drop_packed<(std::is_same<T, __half>::value && kBand != kBandLocal) || kBand == kBandMask>(rP, keep_bits);
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += (P^T o Z) dO
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
@@ -337,11 +355,10 @@ struct BwdConsumer {
             // The share in the registers' order: n8 tile nt of thread t as float4 nt * 128 + t (a
             // warp's 32 stores are 512 contiguous bytes: no bank conflict).
             named_bar_sync(kBarDqEmpty + wg, kDqBarThreads);
-            float4 *share = reinterpret_cast<float4 *>(sm.dq() + wg * Tr::kDqShareFloats) + threadIdx.x % 128;
+            const uint32_t share = smem_addr(sm.dq() + wg * Tr::kDqShareFloats) + (threadIdx.x % 128) * 16;
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt)
-                share[nt * 128] = make_float4(tiles(dq)[nt][0], tiles(dq)[nt][1], tiles(dq)[nt][2],
-                                              tiles(dq)[nt][3]);
+                sts_float4(share + nt * 128 * 16, tiles(dq)[nt][0], tiles(dq)[nt][1], tiles(dq)[nt][2], tiles(dq)[nt][3]);
             fence_proxy_async_shared();
             named_bar_arrive(kBarDqFull + wg, kDqBarThreads);
         } else {
@@ -464,7 +481,11 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // bits alone pick the stage and phase (tile clears them where kStages is not a power of 2):
         // unmasked_begin held on its own across the loop was the one value in local memory (8 bytes at the
         // consumers' 240 registers).
-        constexpr bool kCountMasked = (kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandCausal;
+        // A window: the leading masked count the same way (at most 3 again: the tiles before unmasked_begin hold
+        // the key block's diagonal side), the far edge tested per tile (past_band_edge); unmasked_begin and
+        // unmasked_end held across the loop spilled 8-24 bytes.
+        constexpr bool kLocalDropout = (kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandLocal;
+        constexpr bool kCountMasked = (kMode & kDropoutFlag) != 0 && ((kMode & 3) == kBandCausal || kLocalDropout);
         if constexpr (kCountMasked) i = (min(queries.unmasked_begin, queries.end) - queries.begin) << 26;
         // Dropout at d = 64 without a band: the loop's end read from the launch's parameters at each test (a
         // volatile move), not held in a register across the loop (ptxas put it in local memory: 4 bytes).
@@ -483,7 +504,8 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
                 continue;
             }
             // Without a band nothing is masked (ragged keys and queries: see query_tiles).
-            const bool masked = ragged || (kCountMasked ? (i & ((1 << 26) - 1)) < (i >> 26)
+            const bool masked = ragged || (kCountMasked ? (i & ((1 << 26) - 1)) < (i >> 26) ||
+                                               (kLocalDropout && past_band_edge<Tr::kBlockM>(m, n0, seq.len_q, seq.band))
                                           : kBand == kBandCausal ? m < queries.unmasked_begin
                                           : kBand == kBandLocal && (m < queries.unmasked_begin || m >= queries.unmasked_end));
             if (masked)

@@ -528,8 +528,8 @@ int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t s
         return p.dropout_p > 0.f ? launch<Tr, TrDq, T, kBandMask, true>(p, rows_per_head, band, stream)
                                  : launch<Tr, TrDq, T, kBandMask>(p, rows_per_head, band, stream);
     }
-    if (p.dropout_p > 0.f) {   // dropout: no window (not instantiated)
-        if (mode == kBandLocal) return kUnsupported;
+    if (p.dropout_p > 0.f) {   // dropout: every band mode (the keep bits do not depend on it)
+        if (mode == kBandLocal) return launch<Tr, TrDq, T, kBandLocal, true>(p, rows_per_head, band, stream);
         return mode == kBandCausal ? launch<Tr, TrDq, T, kBandCausal, true>(p, rows_per_head, band, stream)
                                    : launch<Tr, TrDq, T, kBandNone, true>(p, rows_per_head, band, stream);
     }

@@ -65,14 +65,14 @@ int launch_causal(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t s
                                : launch<Tr, T, kBandNone | kVarlen>(p, rows_per_head, band, stream);
 }
 
-// Dropout: the band's none and causal modes (a window answers SY_EUNSUPPORTED: not instantiated), no varlen;
-// d = 64 and 128.
+// Dropout: every band mode (the keep bits do not depend on it), no varlen; d = 64 and 128.
 template <class Tr, typename T>
 int launch_dropout(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t stream) {
     int mode;
     const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q,
                                 p.seqlen_k, &mode);
-    if (mode == kBandLocal || p.cu_seqlens_q) return kUnsupported;
+    if (p.cu_seqlens_q) return kUnsupported;
+    if (mode == kBandLocal) return launch<Tr, T, kBandLocal | kDropoutFlag>(p, rows_per_head, band, stream);
     return mode == kBandCausal ? launch<Tr, T, kBandCausal | kDropoutFlag>(p, rows_per_head, band, stream)
                                : launch<Tr, T, kBandNone | kDropoutFlag>(p, rows_per_head, band, stream);
 }

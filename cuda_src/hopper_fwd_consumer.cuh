@@ -154,10 +154,13 @@ struct Consumer {
     // local, from another), so one compare per score (two).
     __device__ __forceinline__ void mask(const TileWork &x, int j, const sy_attn_params &p, Band band) {
         if constexpr (kBand == kBandMask) {   // j: the list entry (first_block is 0)
-            // With dropout no band (the launcher refuses one). Band{0, -1}: in_band's unsigned compare is then
-            // against 2^32 - 1, always true, and the test folds away (the launch's band, or the open one from
-            // the parameters, tested per score: 4 bytes spilled at d = 128).
-            mask_entry<true>(x, j, p, kDropout ? Band{0, -1} : band);
+            // With dropout the band's bounds pass through volatile moves here, so what the per-score test derives
+            // from them is made in the partial tile, not hoisted across the tile loop (4 bytes spilled at d = 128).
+            if constexpr (kDropout) {
+                asm volatile("mov.b32 %0, %0;" : "+r"(band.lo));
+                asm volatile("mov.b32 %0, %0;" : "+r"(band.hi));
+            }
+            mask_entry<true>(x, j, p, band);
             return;
         }
         int len_q, seqlen_k;

@@ -6,7 +6,7 @@
 // hopper_traits.cuh's (kStageO, kOBytesPerWG) and hopper_fwd_pipeline.cuh's (SharedTiles::o).
 #pragma once
 
-#include "hopper_primitives.cuh"   // bulk groups, fence_proxy_async_shared, SY_HOPPER_DEVICE_CODE
+#include "hopper_primitives.cuh"   // bulk groups, fence_proxy_async_shared, stmatrix_x4, SY_HOPPER_DEVICE_CODE
 #include "hopper_traits.cuh"
 #include "mma_primitives.cuh"      // MmaOp<T>::pack
 
@@ -14,12 +14,6 @@ namespace sy_attn {
 namespace {
 
 #ifdef SY_HOPPER_DEVICE_CODE
-// Four 8 x 8 16-bit matrices from registers into shared memory (lane l addresses row l % 8 of matrix l / 8):
-// register i of each lane holds its two elements of matrix i as an mma accumulator fragment does.
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
-                 "r"(r2), "r"(r3) : "memory");
-}
 // One box of shared memory into a 4-d tensor map (d, N, heads, batch) by the copy engine, in this thread's bulk
 // group; rows past the map's N are not written.
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t src, int col, int row, int head, int batch) {

@@ -19,7 +19,7 @@ namespace {
 // A kernel's mode: the band's (attention_band.cuh) in the low bits, plus kVarlenFlag for a packed
 // variable-length batch (p.cu_seqlens_q: each tile reads its sequence's offsets and lengths).
 constexpr int kVarlenFlag = 4;
-// kDropoutFlag: dropout (p.dropout_p, attention_dropout.cuh), instantiated with kBandNone and kBandCausal only.
+// kDropoutFlag: dropout (p.dropout_p, attention_dropout.cuh), instantiated with every band mode and kBandMask.
 constexpr int kDropoutFlag = 8;
 
 // ---- the tile order ------------------------------------------------------------------------------------

@@ -109,6 +109,23 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes,
 // per wgmma instead of the mask, shift and or of smem_desc on every address).
 __device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t offset_bytes) { return desc + (offset_bytes >> 4); }
 
+// Shared-memory accesses by 32-bit shared address: LDS / STS / STSM. Through a generic pointer the compiler emits
+// LD / ST with 64-bit address arithmetic and the state-space check, a few instructions more per access.
+__device__ __forceinline__ float2 lds_float2(uint32_t addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void sts_float4(uint32_t addr, float x, float y, float z, float w) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+// Four 8 x 8 16-bit matrices from registers into shared memory (lane l addresses row l % 8 of matrix l / 8):
+// register i of each lane holds its two elements of matrix i as an mma accumulator fragment does.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3) : "memory");
+}
+
 // Order this warp's earlier register writes (O rescale, P) before the wgmma that reads them.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -23,6 +23,12 @@ ours masked with dropout 0.1, ours unmasked with dropout 0.1, torch's SDPA (effi
 same mask and dropout 0.1; forward and forward + backward. TFLOP/s over the visible pairs (the unmasked
 row: over all); ratios against ours masked without dropout.
     python3 scripts/dropout_check.py --mask --sizes 4096 --dims 128 --dtype bf16
+--window W: instead, dropout with a causal sliding window of W keys (window=(W - 1, 0), session dropwin20), one
+table per --dims head dim at --sizes (B = 65536 / N): ours windowed without dropout, ours windowed with dropout
+0.1, ours causal (no window) with dropout 0.1, and torch's SDPA (efficient backend) with dropout 0.1 on the
+window as a bool (1, 1, N, N) mask (what transformers' sliding-window mask ran on before: our fused dropout
+refused windows); forward and forward + backward, TFLOP/s over the visible pairs, the route printed first.
+    python3 scripts/dropout_check.py --window 1024 --sizes 4096 --dims 64 128 --dtype bf16
 Timings: triton.testing.do_bench medians; FLOPs 4 * B * H * pairs * d forward (pairs = N^2, or
 N (N + 1) / 2 causal), 2.5x that backward.
 """
@@ -49,13 +55,13 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")   # ms
 
 
-def make_call(name, q, k, v, p, causal, kernel, train, mask=None):
+def make_call(name, q, k, v, p, causal, kernel, train, mask=None, window=None):
     dout = torch.randn_like(q)
     leaves = [t.detach().clone().requires_grad_(train) for t in (q, k, v)]
 
     def attend():
         if name.startswith("ours"):
-            return sy.attention.scaled_dot_product_attention(*leaves, mask, p, causal, kernel=kernel)
+            return sy.attention.scaled_dot_product_attention(*leaves, mask, p, causal, kernel=kernel, window=window)
         with sdpa_kernel(BACKENDS[name]):
             return F.scaled_dot_product_attention(*leaves, mask, p, causal)
 
@@ -149,24 +155,59 @@ def mask_table(sizes, kernel, dims, fwd_only, tokens=65536, dtype="bf16"):
             visible = n * sum(lengths)
             decision = decide(q, k, v, mask, 0.1, False, kernel=kernel)
             print(f"| {n} | {d} | route | ours masked p=0.1 | {decision.path or decision.reason} | | |")
-            variants = [("ours masked p=0.0", "ours", mask, 0.0, visible), ("ours masked p=0.1", "ours", mask, 0.1, visible),
-                        ("ours unmasked p=0.1", "ours", None, 0.1, n * n * batch),
-                        ("sdpa-efficient masked p=0.1", "sdpa-efficient", mask, 0.1, visible)]
-            for train in (False,) if fwd_only else (False, True):
-                base = None
-                for label, name, m, p, pairs in variants:
-                    flops = 4 * heads * pairs * d * (3.5 if train else 1.0)
-                    step = "fwd+bwd" if train else "fwd"
-                    try:
-                        ms = bench(make_call(name, q, k, v, p, False, kernel, train, mask=m))
-                    except RuntimeError as exc:   # a backend that refuses the call
-                        print(f"| {n} | {d} | {step} | {label} | n/a | | {str(exc).splitlines()[0][:60]} |")
-                        continue
-                    base = base or ms
-                    rows.append(dict(n=n, d=d, train=train, variant=label, ms=ms, tflops=flops / ms / 1e9,
-                                     vs_masked_p0=base / ms))
-                    print(f"| {n} | {d} | {step} | {label} | {ms:.3f} | {flops / ms / 1e9:.0f} | {base / ms:.2f}x |",
-                          flush=True)
+            variants = [("ours masked p=0.0", "ours", mask, None, False, 0.0, visible),
+                        ("ours masked p=0.1", "ours", mask, None, False, 0.1, visible),
+                        ("ours unmasked p=0.1", "ours", None, None, False, 0.1, n * n * batch),
+                        ("sdpa-efficient masked p=0.1", "sdpa-efficient", mask, None, False, 0.1, visible)]
+            rows += time_variants(n, d, heads, q, k, v, kernel, variants, fwd_only, "vs_masked_p0")
+    return rows
+
+
+def time_variants(n, d, heads, q, k, v, kernel, variants, fwd_only, ratio):
+    """--mask and --window rows: (label, name, mask, window, causal, p, pairs over the batch) each timed forward
+    (and forward + backward), TFLOP/s over those pairs, `ratio` against the first variant."""
+    rows = []
+    for train in (False,) if fwd_only else (False, True):
+        base = None
+        for label, name, m, w, causal, p, pairs in variants:
+            flops = 4 * heads * pairs * d * (3.5 if train else 1.0)
+            step = "fwd+bwd" if train else "fwd"
+            try:
+                ms = bench(make_call(name, q, k, v, p, causal, kernel, train, mask=m, window=w))
+            except RuntimeError as exc:   # a backend that refuses the call
+                print(f"| {n} | {d} | {step} | {label} | n/a | | {str(exc).splitlines()[0][:60]} |")
+                continue
+            base = base or ms
+            rows.append(dict(n=n, d=d, train=train, variant=label, ms=ms, tflops=flops / ms / 1e9, **{ratio: base / ms}))
+            print(f"| {n} | {d} | {step} | {label} | {ms:.3f} | {flops / ms / 1e9:.0f} | {base / ms:.2f}x |", flush=True)
+    return rows
+
+
+def window_table(sizes, kernel, dims, width, fwd_only, tokens=65536, dtype="bf16"):
+    """--window: dropout with a causal sliding window of `width` keys, ours against torch's efficient backend."""
+    rows = []
+    torch_dtype = torch.float16 if dtype == "fp16" else torch.bfloat16
+    window = (width - 1, 0)
+    print(f"\n## causal sliding window of {width} keys with dropout, {dtype}, H * d = 2048, B = {tokens} / N; "
+          f"kernel={kernel!r}")
+    print("| N | d | pass | variant | ms | TFLOP/s (visible pairs) | vs ours windowed p=0 |")
+    print("|---|---|---|---|---|---|---|")
+    for n in sizes:
+        batch = max(1, tokens // n)
+        band = torch.ones(n, n, dtype=torch.bool, device="cuda").tril().triu(-(width - 1))[None, None]
+        visible = int(band.sum())
+        for d in dims:
+            heads = 2048 // d
+            g = torch.Generator(device="cuda").manual_seed(n + d)
+            q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=torch_dtype) for _ in range(3))
+            decision = decide(q, k, v, None, 0.1, True, kernel=kernel, window=window)
+            print(f"| {n} | {d} | route | ours windowed p=0.1 | {decision.path or decision.reason} | | |")
+            # The mask row passes the band as attn_mask, so not is_causal (torch's ValueError beside a mask).
+            variants = [("ours windowed p=0.0", "ours", None, window, True, 0.0, batch * visible),
+                        ("ours windowed p=0.1", "ours", None, window, True, 0.1, batch * visible),
+                        ("ours causal p=0.1", "ours", None, None, True, 0.1, batch * n * (n + 1) // 2),
+                        ("sdpa-efficient window as mask p=0.1", "sdpa-efficient", band, None, False, 0.1, batch * visible)]
+            rows += time_variants(n, d, heads, q, k, v, kernel, variants, fwd_only, "vs_windowed_p0")
     return rows
 
 
@@ -184,6 +225,8 @@ def main():
     parser.add_argument("--fwd-only", action="store_true")
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     parser.add_argument("--mask", action="store_true", help="dropout beside an attn_mask (see the top)")
+    parser.add_argument("--window", type=int, default=None, metavar="W",
+                        help="dropout with a causal sliding window of W keys (see the top)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     if args.mask:
@@ -191,6 +234,16 @@ def main():
         rows = {kernel: mask_table(args.sizes, kernel, args.dims, args.fwd_only, dtype=args.dtype) for kernel in args.kernels}
         with open(os.path.join(args.out, f"dropout_mask_check_{args.dtype}.json"), "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+        return
+    if args.window is not None:
+        if args.window < 1:
+            parser.error(f"--window must be at least 1; got {args.window}")
+        print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+        rows = {kernel: window_table(args.sizes, kernel, args.dims, args.window, args.fwd_only, dtype=args.dtype)
+                for kernel in args.kernels}
+        with open(os.path.join(args.out, f"dropout_window_check_{args.dtype}.json"), "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, window=args.window,
+                           rows=rows), f, indent=1)
         return
     libs = [tuple(spec.split("=", 1)) for spec in args.lib] or [("ours", None)]
     train_libs = set(args.train_libs or [name for name, _ in libs])

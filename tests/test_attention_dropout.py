@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 import sympathy as sy  # noqa: E402
 from sympathy.attention import cuda, dropout  # noqa: E402
+from sympathy.attention.band import band_mask  # noqa: E402
 from sympathy.attention.torch_api import decide  # noqa: E402
 
 
@@ -110,13 +111,13 @@ def fake_cuda(shape, dtype=torch.bfloat16):
     (dict(dtype=torch.float32), "float16/bfloat16"),
     (dict(d=96), "head dim 96"),
     (dict(attn_mask=torch.ones(1, dtype=torch.bool)), None),   # tile by tile (test_attention_dropout_mask.py)
-    (dict(attn_mask=torch.ones(1, dtype=torch.bool), causal_offset=3), "attn_mask and a band"),
-    (dict(attn_mask=torch.ones(1, dtype=torch.bool), window=(-1, 5)), "attn_mask and a band"),
+    (dict(attn_mask=torch.ones(1, dtype=torch.bool), causal_offset=3), None),   # a mask with a band: dropwin20
+    (dict(attn_mask=torch.ones(1, dtype=torch.bool), window=(-1, 5)), None),
     (dict(attn_mask=torch.ones(1, dtype=torch.bool), deterministic=True), "deterministic"),
     (dict(attn_mask=torch.ones(1, dtype=torch.bool), kernel="naive"), "leave to kernel='naive'"),
     (dict(deterministic=True), None),
     (dict(kernel="naive"), "kernel='naive'"),
-    (dict(window=(16, 0)), "sliding window"),
+    (dict(window=(16, 0)), None),   # a sliding window: served since session dropwin20
     (dict(window=(-1, 0), causal_offset=3), None),   # a window open on the left: causal, served
     (dict(p=1.0), "dropout_p=1"),
 ])
@@ -229,6 +230,15 @@ def relative_error(x, ref):
 ])
 def test_forward_and_gradients_match_float64_with_the_same_mask(kernel, dtype, d, B, Hq, Hkv, Nq, Nk, causal, offset,
                                                               monkeypatch):
+    check_against_float64(monkeypatch, kernel, dtype, d, B, Hq, Hkv, Nq, Nk, causal, offset)
+
+
+def check_against_float64(monkeypatch, kernel, dtype, d, B, Hq, Hkv, Nq, Nk, causal, offset, window=(-1, -1),
+                          attn_mask=None, backward=None):
+    """Output, LSE and gradients of one fused dropout call against float64 with the same keep mask, band and
+    attn_mask (test_attention_dropout_window.py passes windows and masks); the forward of `kernel` and the
+    backward entry `backward` (default: the kernel's own) ran, rows that see no key give 0 and zero dQ, and
+    the all-kept mask gives another answer."""
     if kernel not in kernels():
         pytest.skip("kernel='hopper' needs an sm_90 GPU")
     calls = record_launches(monkeypatch)
@@ -237,22 +247,31 @@ def test_forward_and_gradients_match_float64_with_the_same_mask(kernel, dtype, d
     dout = torch.randn(B, Hq, Nq, d, device="cuda").to(dtype)
     for t in (q, k, v):
         t.requires_grad_(True)
-    out, lse = dropout.attention(q, k, v, p, causal, 1 / math.sqrt(d), kernel, causal_offset=offset, seed=seed,
-                                 offset=ctr)
+    band = dict(causal_offset=offset, window=window, attn_mask=attn_mask)
+    out, lse = dropout.attention(q, k, v, p, causal, 1 / math.sqrt(d), kernel, seed=seed, offset=ctr, **band)
+    assert f"sy_attn_{kernel}_fwd" in calls, calls   # the fused forward, no fallback
     del calls[:]
     grads = torch.autograd.grad(out, (q, k, v), dout)
-    other = "mma" if kernel == "hopper" else "hopper"   # the kernel's own backward (d = 64 and 128)
-    assert f"sy_attn_{kernel}_bwd" in calls and f"sy_attn_{other}_bwd" not in calls, calls
-    keep = dropout._dropout_mask(B, Hq, Nq, Nk, p, seed, ctr, q.device)
+    backward = backward or kernel   # the kernel's own backward (d = 64 and 128) unless told
+    other = "mma" if backward == "hopper" else "hopper"
+    assert f"sy_attn_{backward}_bwd" in calls and f"sy_attn_{other}_bwd" not in calls, calls
+    keep = dropout._dropout_mask(B, Hq, Nq, Nk, p, seed, ctr, q.device)   # the unbanded, unmasked call's bits
     leaves = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
-    ref = dropout.reference(*leaves, keep, p, causal, causal_offset=offset)
+    ref = dropout.reference(*leaves, keep, p, causal, **band)
     ref_grads = torch.autograd.grad(ref, leaves, dout.double())
     assert relative_error(out, ref) <= OUT_TOLERANCE[dtype]
     for name, g, r in zip("qkv", grads, ref_grads):
         assert relative_error(g, r) <= GRAD_TOLERANCE[dtype], f"d{name}"
-    _, lse_plain = cuda.attention_with_lse(q.detach(), k.detach(), v.detach(), None, 0.0, causal, kernel=kernel,
-                                           enable_gqa=Hq != Hkv, causal_offset=offset)
-    assert torch.allclose(lse, lse_plain, atol=1e-5, equal_nan=True)   # the undropped softmax's LSE
+    seen = band_mask(Nq, Nk, causal, offset, window, q.device)   # rows that see no key: 0, and zero gradients
+    if attn_mask is not None:
+        seen = seen & (attn_mask if attn_mask.dtype == torch.bool else attn_mask > -math.inf)
+    seen = seen.any(-1).expand(B, Hq, Nq)
+    assert not out[~seen].any() and not grads[0][~seen].any()
+    _, lse_plain = cuda.attention_with_lse(q.detach(), k.detach(), v.detach(), attn_mask, 0.0, causal, kernel=kernel,
+                                           enable_gqa=Hq != Hkv, causal_offset=offset, window=window)
+    assert torch.allclose(lse, lse_plain, atol=1e-5, equal_nan=True)   # the undropped (banded, masked) softmax's LSE
+    everything = dropout.reference(*leaves, torch.ones_like(keep), p, causal, **band)
+    assert relative_error(out, everything) > OUT_TOLERANCE[dtype]   # the keep bits were applied
 
 
 @pytest.mark.gpu

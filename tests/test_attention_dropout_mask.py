@@ -1,9 +1,9 @@
 """Dropout together with an attn_mask in the fused kernels (issue 20): the mask tile by tile (mask_tiles.py,
 kBandMask), the keep bits those of the unmasked call (a mask never changes which scores are kept).
 
-CPU (in CI): the routing. dropout_reason serves a mask and refuses a mask with a band or in deterministic
-mode; torch_api.decide and the transformers attention function send a masked dropout call to the fused
-dropout with its mask (path "cuda+mask+dropout") and a refused one to torch's SDPA with its reason;
+CPU (in CI): the routing. dropout_reason serves a mask (with a band too: test_attention_dropout_window.py)
+and refuses a mask in deterministic mode; torch_api.decide and the transformers attention function send a
+masked dropout call to the fused dropout with its mask (path "cuda+mask+dropout") and a refused one to torch's SDPA with its reason;
 cuda._hopper_backward_takes names the hopper backward's instantiations. GPU (marked `gpu`): output and gradients against
 float64 with the same keep mask (the test-only mask path) and the same attn_mask, bool and additive,
 padding-style (B, 1, 1, Nk) and full (B, 1, Nq, Nk), with empty and partial tiles, N not a multiple of 64,
@@ -70,8 +70,7 @@ def test_decide_sends_a_masked_dropout_call_to_the_fused_dropout_with_its_mask(m
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(deterministic=True), "deterministic"),
-    (dict(causal_offset=5), "a band"),
-    (dict(window=(-1, 7)), "a band"),
+    (dict(deterministic=True, window=(-1, 7)), "deterministic"),   # a band beside the mask: served since dropwin20
 ])
 def test_decide_leaves_what_no_kernel_serves_to_torch_with_its_reason(monkeypatch, kwargs, words):
     as_cuda(monkeypatch)

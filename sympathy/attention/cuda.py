@@ -329,8 +329,9 @@ def _hopper_backward_takes(dtype, d: int, deterministic: bool, dropout: bool, ma
     """After a `hopper` forward (fp16/bf16, d 64/128, a mask tile by tile), whether attention_hopper_bwd.cu
     has this call's instantiation; the mma backward runs the others. Deterministic where its dQ goes through
     shared memory (bf16, or d = 128: its key blocks add each query tile in a fixed order); fp16 at d = 64
-    takes the mma backward's pass. Dropout at d 64 and 128; dropout with a mask at d = 128 only, and with no
-    band."""
+    takes the mma backward's pass. Dropout at d 64 and 128 with any band; dropout with a mask at d = 128 only,
+    and with no band (a mask, a band and dropout together: the mma backward; the hopper instantiation spilled
+    4-12 bytes, docs/notes-dropout.md, session dropwin20)."""
     torch = _torch()
     if deterministic and not (dtype == torch.bfloat16 or d == 128):
         return False
@@ -522,9 +523,9 @@ def attention_with_lse(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causa
     """(out, lse): attention and each query row's natural-log log-sum-exp of its scaled scores.
 
     Signature as torch's SDPA. dropout_p > 0 runs the fused dropout of dropout.py (mma and hopper,
-    fp16/bf16, d 64/128, no sliding window, an attn_mask tile by tile but not with a band or deterministic;
-    NotImplementedError naming the reason
-    otherwise); lse is then the undropped softmax's. lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
+    fp16/bf16, d 64/128, any band (window, causal_offset), an attn_mask tile by tile (with a band too) but
+    not deterministic; NotImplementedError naming the reason otherwise); lse is then the undropped
+    softmax's. lse has shape (B, H, Nq), float32, not differentiable; out is contiguous, q's dtype, and
     differentiable in q, k, v (see scaled_dot_product_attention for `deterministic`, `window` and
     `causal_offset`). A stable entry for callers that build on the kernels (KV-cache prefill:
     is_causal=True, causal_offset=Nk - Nq; ring attention: the LSE).

@@ -15,11 +15,13 @@ probability is p rounded to a multiple of 1/256 (p = 0.1 drops 26/256 = 0.1016);
 1 / (1 - p), as torch's. `effective_dropout_p(p)` gives the probability the kernels use.
 
 Served: CUDA, float16/bfloat16, head dims 64 and 128, any Nq, Nk, GQA, torch's causal (top-left or
-bottom-right: causal_offset) or an attn_mask (bool or additive, any broadcast, tile by tile as without
-dropout: mask_tiles.py), sm_80+ (`mma`) and sm_90 (`hopper`). A mask never changes which scores are
-kept: the keep bit of (b, h, i, j) is the same with or without it. Not served, each with its reason
-(`dropout_reason`): sliding windows, an attn_mask with a band (causal_offset, window) or in deterministic
-mode (no kernel orders a masked dQ) or one the fused kernels leave to `naive` (far rows, a tiny scale),
+bottom-right: causal_offset), a sliding window (`window=(left, right)`, any causal_offset, rows that see
+no key included) or an attn_mask (bool or additive, any broadcast, tile by tile as without dropout:
+mask_tiles.py) or both, sm_80+ (`mma`) and sm_90 (`hopper`), forward and backward (a mask with a band,
+or a mask at d = 64, after a hopper forward: the mma backward). Neither a band nor a mask changes which
+scores are kept: the keep bit of (b, h, i, j) is the same with or without them (they only decide which
+scores exist). Not served, each with its reason (`dropout_reason`): an attn_mask in deterministic mode
+(no kernel orders a masked dQ) or one the fused kernels leave to `naive` (far rows, a tiny scale),
 varlen, other dtypes and head dims, CUDA graph capture (the offset would be frozen into the graph);
 sy.attention.scaled_dot_product_attention and patch() run torch's own SDPA for those.
 """
@@ -27,7 +29,7 @@ sy.attention.scaled_dot_product_attention and patch() run torch's own SDPA for t
 import math
 from typing import Optional, Tuple
 
-from .band import NO_WINDOW
+from .band import NO_WINDOW, band_mask
 
 HEAD_DIMS = (64, 128)
 _UINT64 = 1 << 64
@@ -42,28 +44,20 @@ def effective_dropout_p(dropout_p: float) -> float:
     return dropped / 256.0
 
 
-def _local_window(window, causal_offset: int, n_q: int) -> bool:
-    """The band has a left edge some row reaches (attention_band.cuh's kBandLocal): not instantiated
-    with dropout."""
-    left = tuple(window)[0]
-    return tuple(window) != NO_WINDOW and left >= 0 and causal_offset - left > -(n_q + 1)
-
-
 def dropout_reason(q, k, v, attn_mask, dropout_p: float, kernel: str, window=NO_WINDOW,
                    causal_offset: int = 0, deterministic: bool = False) -> Optional[str]:
     """Why the fused dropout cannot take this call (None: it can). Reads shapes and dtypes only (a mask the
-    fused kernels leave to `naive` is found by cuda._check_inputs, whose kernel is then passed here)."""
+    fused kernels leave to `naive` is found by cuda._check_inputs, whose kernel is then passed here). Every
+    band (causal_offset, window) is served, with or without a mask: the kernels are instantiated with each
+    band mode, and the mask's tiles carry the band (classes in the lists, a test in partial tiles)."""
     import torch
 
     if dropout_p >= 1.0:
         return "dropout_p=1 (torch's answer: every probability dropped)"
     if q.device.type != "cuda":
         return "dropout_p > 0 on the CPU (the C kernel has no dropout)"
-    if attn_mask is not None:
-        if tuple(window) != NO_WINDOW or causal_offset:
-            return "dropout_p > 0 with an attn_mask and a band (causal_offset, window: not served together)"
-        if deterministic:
-            return "dropout_p > 0 with an attn_mask in deterministic mode (no kernel orders a masked dQ)"
+    if attn_mask is not None and deterministic:
+        return "dropout_p > 0 with an attn_mask in deterministic mode (no kernel orders a masked dQ)"
     if q.dtype not in (torch.float16, torch.bfloat16):
         return f"dropout_p > 0 in {q.dtype} (the fused dropout is float16/bfloat16)"
     if q.shape[-1] not in HEAD_DIMS:
@@ -73,8 +67,6 @@ def dropout_reason(q, k, v, attn_mask, dropout_p: float, kernel: str, window=NO_
             return ("dropout_p > 0 with an attn_mask the fused kernels leave to kernel='naive' (far rows or a "
                     "tiny scale)")
         return f"dropout_p > 0 on kernel={kernel!r} (mma and hopper have dropout)"
-    if _local_window(window, causal_offset, q.shape[2]):
-        return "dropout_p > 0 with a sliding window (not instantiated with dropout)"
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         return "dropout_p > 0 under CUDA graph capture (the generator offset would be frozen)"
     return None
@@ -197,21 +189,19 @@ def _dropout_mask(batch: int, heads: int, n_q: int, n_k: int, dropout_p: float, 
 
 
 def reference(q, k, v, keep, dropout_p: float, is_causal: bool = False, scale: Optional[float] = None,
-              causal_offset: int = 0, attn_mask=None):
+              causal_offset: int = 0, attn_mask=None, window=NO_WINDOW):
     """float64 attention with the keep-mask `keep` (B, Hq, Nq, Nk) bool applied as torch's dropout does
-    (kept / (1 - p)); GQA by repeating heads; attn_mask (bool: True takes part, or additive) as torch's SDPA
-    (a row that sees no key gives 0, as the kernels). torch tensors in, float64 out, differentiable."""
+    (kept / (1 - p)); GQA by repeating heads; the band (is_causal, causal_offset, window: band.band_mask) and
+    attn_mask (bool: True takes part, or additive) as torch's SDPA (a row that sees no key gives 0, as the
+    kernels). torch tensors in, float64 out, differentiable."""
     import torch
 
     q, k, v = (t.double() for t in (q, k, v))
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     s = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    if is_causal:
-        n_q, n_k = s.shape[-2:]
-        i = torch.arange(n_q, device=s.device)[:, None]
-        j = torch.arange(n_k, device=s.device)[None, :]
-        s = s.masked_fill(j > i + causal_offset, -math.inf)
+    if is_causal or tuple(window) != NO_WINDOW:
+        s = s.masked_fill(~band_mask(*s.shape[-2:], is_causal, causal_offset, tuple(window), s.device), -math.inf)
     if attn_mask is not None:
         s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.double()
     p = torch.softmax(s, -1).nan_to_num(0.0)

@@ -10,9 +10,9 @@ our own options (kernel, deterministic, threads) come after them. Where a call g
     CPU float32 tensors  the C kernel (c_src/attention.c) as the custom op sympathy::attention_cpu,
                          differentiable (the backward is cuda._math_backward's formula in torch ops)
     NumPy arrays         sy.attention.cpu
-    dropout_p > 0        CUDA fp16/bf16 at d 64/128 without a sliding window, with or without an attn_mask
-                         the kernels take tile by tile (not in deterministic mode): the fused dropout of
-                         the CUDA kernels (dropout.py); anything else torch's own SDPA
+    dropout_p > 0        CUDA fp16/bf16 at d 64/128, with a band (window, causal_offset), an attn_mask the
+                         kernels take tile by tile (not in deterministic mode), or both: the fused dropout
+                         of the CUDA kernels (dropout.py); anything else torch's own SDPA
     an empty input       torch's own SDPA (torch's answer, exactly: zeros where no key exists)
 
 attn_mask: a boolean mask that is left padding (key j takes part when j >= start[b]), alone or with
@@ -160,8 +160,8 @@ def _structural_reason(query, key, value, dropout_p, is_causal, scale, enable_gq
 
 def _decide_dropout(query, key, value, attn_mask, dropout_p, is_causal, scale, gqa, kernel, deterministic, window,
                     causal_offset) -> Decision:
-    """dropout_p > 0: the fused dropout of dropout.py (CUDA, fp16/bf16, d 64/128, no sliding window; an
-    attn_mask tile by tile: path "cuda+mask+dropout"), else torch's SDPA with dropout.dropout_reason's reason."""
+    """dropout_p > 0: the fused dropout of dropout.py (CUDA, fp16/bf16, d 64/128, any band; an attn_mask
+    tile by tile: path "cuda+mask+dropout"), else torch's SDPA with dropout.dropout_reason's reason."""
     import torch
 
     from . import dropout
@@ -301,15 +301,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor (or all three NumPy arrays); got {type(t).__name__}")
     empty = min(t.numel() for t in (query, key, value)) == 0
+    refused = "an empty input"
     if check_dropout(dropout_p) > 0.0 and not empty:   # the fused dropout (dropout.py) where it serves
         decision = decide(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, kernel=kernel,
                           deterministic=deterministic, threads=threads, window=window, causal_offset=causal_offset)
         if decision.run is not None:
             return decision.run()
+        refused = decision.reason
     if dropout_p > 0.0 or empty:
-        if banded:
-            raise NotImplementedError("window and causal_offset with dropout_p > 0 or an empty input: torch's "
-                                      "SDPA, which runs those, has no band (pass the band as attn_mask)")
+        if banded:   # the band with dropout where the fused dropout refuses (dropout.dropout_reason says why)
+            raise NotImplementedError(f"window and causal_offset with {refused}: torch's SDPA, which runs those, "
+                                      "has no band (pass the band as attn_mask)")
         return torch_sdpa()(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     decision = decide(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, kernel=kernel,
                       deterministic=deterministic, threads=threads, window=window, causal_offset=causal_offset)

@@ -13,8 +13,8 @@ SDPA: no mask -> is_causal on our kernels; a left-padded batch -> one unmasked c
 whole batch (Mistral-style sliding windows, `sliding_window` from the model; a prefill over a cache,
 bottom-right) -> the band of band.py on our kernels, no mask read; any other mask (right padding, padding
 with the causal triangle, ...) on fp16/bf16 at d 64/128 -> tile by tile on our kernels (mask_tiles.py,
-path "cuda+mask"). dropout (training) -> the fused dropout of dropout.py where it serves (no sliding
-window; a padding mask tile by tile: path "cuda+mask+dropout"). Everything else (dropout with a mask in
+path "cuda+mask"). dropout (training) -> the fused dropout of dropout.py where it serves (a sliding
+window as the band: path "cuda+dropout+band"; a padding mask tile by tile: path "cuda+mask+dropout"). Everything else (dropout with a mask in
 deterministic mode, other masks, dtypes the device's kernel lacks,
 softcap, position bias, a paged cache, output_attentions)
 runs transformers' own `sdpa_attention_forward`, counted with its reason in
