@@ -67,6 +67,17 @@ __host__ __device__ __forceinline__ uint4 philox4x32(uint4 c, uint32_t k0, uint3
     return c;
 }
 
+// The same rounds with the keys of each round given (DropoutConsts): the same words.
+template <int kRounds, bool kAsm = true>
+__host__ __device__ __forceinline__ uint4 philox4x32_keyed(uint4 c, const uint32_t (&k0)[kRounds], const uint32_t (&k1)[kRounds]) {
+#pragma unroll
+    for (int round = 0; round < kRounds; ++round) {
+        const uint2 p0 = mul_wide<kAsm>(0xD2511F53u, c.x), p1 = mul_wide<kAsm>(0xCD9E8D57u, c.z);
+        c = make_uint4(p1.y ^ c.y ^ k0[round], p1.x, p0.y ^ c.w ^ k1[round], p0.x);
+    }
+    return c;
+}
+
 // Seven rounds: Philox4x32-7, the round count of FlashAttention-2's dropout (csrc/flash_attn/src/philox.cuh,
 // torch's flash backend), which Salmon et al. (SC'11) report passing TestU01's BigCrush; ten is Random123's
 // default, the extra rounds a safety margin. The rounds are most of the dropout's integer work (docs/
@@ -106,6 +117,18 @@ __device__ __forceinline__ Dropout make_dropout(const Params &p, int b, int h) {
     d.rp = 1.f / (1.f - dropout_p);
     return d;
 }
+
+// The hopper forward's launch constants (a kernel parameter, made on the host by dropout_consts): Philox's
+// round keys and the byte compare's bounds. Hardware fact served: a kernel parameter lives in the constant
+// bank, which LOP3 and HSET2 read as an operand, so the Weyl key schedule costs neither an add per round nor
+// a uniform register (ptxas held the 14 keys in uniform registers, and recomputed them in the loop, 13 adds
+// an iteration, wherever a branch changed its allocation).
+struct DropoutConsts {
+    uint32_t k0[kPhiloxRounds], k1[kPhiloxRounds];   // round r: seed + r * (0x9E3779B9, 0xBB67AE85)
+    uint32_t threshold4;                             // make_dropout's
+    uint32_t bound;                                  // bf16_bound's
+    uint64_t counter0;                               // offset / 4: head (b, h) counts on from it by b * Hq + h
+};
 
 template <bool kAsm = true>
 __host__ __device__ __forceinline__ uint4 dropout_group(const Dropout &d, uint32_t row_group, uint32_t col_group) {
@@ -163,30 +186,114 @@ __device__ __forceinline__ void keep_rows_all(uint4 (&k)[kSpans], const Dropout 
     for (int s = 0; s < kSpans; ++s) k[s] = keep_rows_drawn<kAsm>(d, row, col0 + 32 * s, lane);
 }
 
+// ---- the byte compare in bf16 (the hopper forward) --------------------------------------------------
+// keep_rows_drawn compares every word before the shuffle, four bytes in three integer instructions
+// (keep_bits), and a PRMT per register then widens the bits. The hopper forward instead shuffles the raw
+// words (bytes_rows_all) and compares after its PRMT: the selector copies each byte r into both bytes of
+// its 16-bit half, (r, r), and one HSET2 (set.ge.u32.bf16x2) compares a register's two halves at once,
+// 0xFFFF or 0. Hardware fact served: the compare drops from 12 instructions a call (8 of them integer-ALU
+// LOP3s) to 8 half-precision ones (the FMA pipe), off the ALU that the Philox XORs, the masking ANDs and the
+// softmax's FMNMX share.
+// As a bf16, (r, r) is +0 for r = 0, positive and growing with r for r < 128, negative and falling with r
+// for 128 <= r <= 254 (never -0, never subnormal), NaN for r = 255 only. So for t > 128 (p < 0.5):
+// r < t  <=>  (r, r) >= (t - 1, t - 1), and r = 255 (never kept) compares false. For t <= 128 no bound
+// separates [0, t) from the negative half: there the words are compared as keep_rows_drawn does, inverted
+// (top bit = drop), and (d, d) >= +0 reads a byte's clear top bit (a rare branch: p >= 0.5).
+
+// The bound bf16_keep compares with: (t - 1, t - 1) in both halves for t > 128, +0 where the words hold
+// drop bits (t <= 128).
+__host__ __device__ __forceinline__ uint32_t bf16_bound(uint32_t threshold4) {
+    return (threshold4 & 0xFFu) > 128u ? threshold4 - 0x01010101u : 0u;
+}
+
+// DropoutConsts for dropout_p, the seed and the offset (host, at the launch).
+__host__ __device__ __forceinline__ DropoutConsts dropout_consts(float dropout_p, uint64_t seed, uint64_t offset) {
+    DropoutConsts c;
+    for (int r = 0; r < kPhiloxRounds; ++r) {
+        c.k0[r] = static_cast<uint32_t>(seed) + r * 0x9E3779B9u;
+        c.k1[r] = static_cast<uint32_t>(seed >> 32) + r * 0xBB67AE85u;
+    }
+    c.threshold4 = dropout_threshold(dropout_p) * 0x01010101u;
+    c.bound = bf16_bound(c.threshold4);
+    c.counter0 = offset / 4;
+    return c;
+}
+
+// 0xFFFF in each 16-bit half of x that is, as a bf16, >= the same half of bound (NaN: 0). cuda_bf16.hpp's
+// __hge2_mask is this instruction on sm_90 (its fallback spells out the meaning: half 0 = .x, __hge).
+__device__ __forceinline__ uint32_t bf16_keep(uint32_t x, uint32_t bound) {
+    uint32_t r;
+    asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(bound));
+    return r;
+}
+
+// kSpans calls' words for the keys col0 .. col0 + 32 * kSpans - 1 (col0 a multiple of 32) of row group
+// row_group of head = b * Hq + h, in keep_rows_drawn's order, not compared (bytes_to_drop_bits does that where
+// t <= 128). Span s's column group is (col0 / 16 + e) * 4 + lane % 4 + 8 s = col0 / 4 + lane % 8, XOR 8 s
+// (bits 3-4 are clear): one LOP3 a call. kPinRow, kAsm: keep_rows_all's.
+template <int kSpans, bool kPinRow = false, bool kAsm = true>
+__device__ __forceinline__ void bytes_rows_all(uint4 (&k)[kSpans], const DropoutConsts &c, uint32_t head, uint32_t row_group,
+                                               uint32_t col0, uint32_t lane) {
+    if constexpr (kPinRow) asm volatile("mov.b32 %0, %0;" : "+r"(row_group));
+    const uint64_t counter = c.counter0 + head;   // make_dropout's, offset / 4 made on the host
+    const uint32_t ctr0 = static_cast<uint32_t>(counter), ctr1 = static_cast<uint32_t>(counter >> 32);
+    const uint32_t col_group0 = col0 / 4 + lane % 8;
+#pragma unroll
+    for (int s = 0; s < kSpans; ++s) {
+        const uint4 w =
+            philox4x32_keyed<kPhiloxRounds, kAsm>(make_uint4(ctr0, ctr1, row_group, col_group0 ^ (8u * s)), c.k0, c.k1);
+        k[s] = make_uint4(w.x, w.y, __shfl_xor_sync(0xffffffffu, w.z, 4), __shfl_xor_sync(0xffffffffu, w.w, 4));
+    }
+}
+
+// t <= 128 (p >= 0.5): bytes_rows_all's words to drop bits (keep_bits inverted), for bf16_keep against +0. A
+// rare branch, at the masking (after the P V wait), where it leaves the draw one basic block with the
+// softmax; at the end of the draw it split that block (ptxas -v, d = 128, round keys then in uniform
+// registers: 61 instructions more an iteration, the keys recomputed in the loop).
+template <int kSpans>
+__device__ __forceinline__ void bytes_to_drop_bits(uint4 (&k)[kSpans], const DropoutConsts &d) {
+    if (d.bound != 0u) return;
+#pragma unroll
+    for (int s = 0; s < kSpans; ++s)
+        k[s] = make_uint4(~keep_bits(k[s].x, d.threshold4), ~keep_bits(k[s].y, d.threshold4), ~keep_bits(k[s].z, d.threshold4),
+                          ~keep_bits(k[s].w, d.threshold4));
+}
+
+// One register's mask from words a, b: the selected bytes' keep bits widened (keep_rows_drawn's words), or
+// the selected bytes as (r, r) halves compared with bound (bytes_rows_all's).
+template <bool kBf16Compare>
+__device__ __forceinline__ uint32_t rows_mask(uint32_t a, uint32_t b, uint32_t selector, uint32_t bound) {
+    if constexpr (kBf16Compare) return bf16_keep(prmt(a, b, selector), bound);
+    else return prmt(a, b, selector);
+}
+
 // A fragments of P (k16 steps, 16-bit pairs: step kk = n8 tiles 2kk, 2kk + 1, registers (tile, rows) =
 // (2kk, g), (2kk, g+8), (2kk+1, g), (2kk+1, g+8)) masked by keep_rows_drawn's words: dropped scores to 0.
 // Step 2s takes the own words on lanes of e = 0 and the received ones on e = 1, step 2s + 1 the reverse:
 // PRMT picks from {a, b} by its selector (bytes 4-7 = b), so the choice is the selector's, set per lane
-// once (no select per word).
-template <int kSteps>
-__device__ __forceinline__ void dropout_rows_apply_span(uint32_t (&a)[kSteps][4], int s, uint4 k, uint32_t lo, uint32_t hi) {
-    a[2 * s][0] &= prmt(k.x, k.z, lo);
-    a[2 * s][1] &= prmt(k.x, k.z, hi);
-    a[2 * s][2] &= prmt(k.y, k.w, lo);
-    a[2 * s][3] &= prmt(k.y, k.w, hi);
-    a[2 * s + 1][0] &= prmt(k.z, k.x, lo);
-    a[2 * s + 1][1] &= prmt(k.z, k.x, hi);
-    a[2 * s + 1][2] &= prmt(k.w, k.y, lo);
-    a[2 * s + 1][3] &= prmt(k.w, k.y, hi);
+// once (no select per word). kBf16Compare: the words are bytes_rows_all's (not compared yet) and each
+// register's mask is its PRMT's two (r, r) halves compared at once (bf16_keep, below).
+template <int kSteps, bool kBf16Compare = false>
+__device__ __forceinline__ void dropout_rows_apply_span(uint32_t (&a)[kSteps][4], int s, uint4 k, uint32_t lo, uint32_t hi,
+                                                        uint32_t bound = 0) {
+    a[2 * s][0] &= rows_mask<kBf16Compare>(k.x, k.z, lo, bound);
+    a[2 * s][1] &= rows_mask<kBf16Compare>(k.x, k.z, hi, bound);
+    a[2 * s][2] &= rows_mask<kBf16Compare>(k.y, k.w, lo, bound);
+    a[2 * s][3] &= rows_mask<kBf16Compare>(k.y, k.w, hi, bound);
+    a[2 * s + 1][0] &= rows_mask<kBf16Compare>(k.z, k.x, lo, bound);
+    a[2 * s + 1][1] &= rows_mask<kBf16Compare>(k.z, k.x, hi, bound);
+    a[2 * s + 1][2] &= rows_mask<kBf16Compare>(k.w, k.y, lo, bound);
+    a[2 * s + 1][3] &= rows_mask<kBf16Compare>(k.w, k.y, hi, bound);
 }
 
 // The selectors (bytes 0, 1 / 2, 3 of a, or of b on lanes of e = 1), made from %laneid at each call
 // (volatile: ptxas would otherwise hoist them out of every loop, two registers live throughout, and the
-// d = 128 forward spilled 8-24 bytes for them).
-__device__ __forceinline__ uint2 rows_selectors() {
+// d = 128 forward spilled 8-24 bytes for them). base: 0x9988 widens each byte's top bit to a 16-bit half
+// (sign-replicate nibbles), 0x1100 copies each byte into both bytes of its half (bf16_keep's (r, r)).
+__device__ __forceinline__ uint2 rows_selectors(uint32_t base = 0x9988u) {
     uint32_t lane;
     asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
-    const uint32_t lo = 0x9988u | (lane & 4u) * 0x1111u;
+    const uint32_t lo = base | (lane & 4u) * 0x1111u;
     return make_uint2(lo, lo + 0x2222u);
 }
 
@@ -195,6 +302,15 @@ __device__ __forceinline__ void dropout_rows_apply(uint32_t (&a)[kSteps][4], con
     const uint2 sel = rows_selectors();
 #pragma unroll
     for (int s = 0; s < kSteps / 2; ++s) dropout_rows_apply_span(a, s, keep[s], sel.x, sel.y);
+}
+
+// The same for bytes_rows_all's words: one PRMT, one HSET2 and one AND a register.
+template <int kSteps>
+__device__ __forceinline__ void dropout_rows_apply_bytes(uint32_t (&a)[kSteps][4], const uint4 (&bytes)[kSteps / 2],
+                                                         uint32_t bound) {
+    const uint2 sel = rows_selectors(0x1100u);
+#pragma unroll
+    for (int s = 0; s < kSteps / 2; ++s) dropout_rows_apply_span<kSteps, true>(a, s, bytes[s], sel.x, sel.y, bound);
 }
 
 // fp32 fragments x[nt][r] over the keys from col0: kept -> x * rp, dropped -> 0 (dP in the dQ pass).

@@ -29,7 +29,8 @@ template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                   const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o, const int o_by_tma,
-                  const sy_attn_params p, const TileScheduler sched, const Band band) {
+                  const sy_attn_params p, const TileScheduler sched, const Band band,
+                  const __grid_constant__ DropoutConsts dropout) {
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const SharedTiles<Tr> sm(smem_raw);
@@ -63,7 +64,7 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         }
     } else {
         regs_inc<Tr::kConsumerRegs>();
-        Consumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale, o_by_tma ? &tm_o : nullptr);
+        Consumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale, o_by_tma ? &tm_o : nullptr, dropout);
         // The tile of iteration i, once its Q has landed (n_tiles or more: none).
         auto wait_tile = [&](int tile_iter) {
             const int buf = tile_iter % Tr::kQBuffers;
@@ -146,7 +147,8 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     } else {
         kp.tile_counter = nullptr;
     }
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, o_by_tma ? 1 : 0, kp, sched, band);
+    const DropoutConsts dropout = dropout_consts(p.dropout_p, p.dropout_seed, p.dropout_offset);   // read by kDropoutFlag modes only
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, o_by_tma ? 1 : 0, kp, sched, band, dropout);
     return launch_status();
 }
 

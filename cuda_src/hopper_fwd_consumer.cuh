@@ -35,6 +35,7 @@ struct Consumer {
     const uint64_t q_desc, k_desc, v_desc;
     // kStageO: O's tensor map, where the launch made one (o TMA-aligned, not varlen); nullptr: direct stores.
     const CUtensorMap *const tm_o;
+    const DropoutConsts &dropout_consts;   // kDropout: the launch's (a kernel parameter, in the constant bank)
 
     float rS[1][kNTilesS][4];    // S, then P in fp32: the warpgroup's 64 x kBlockN scores
     uint32_t rP[Tr::kPVSteps][4];   // P in 16 bits: one m64k16 A fragment per k16 step of P V
@@ -44,13 +45,14 @@ struct Consumer {
     bool rescale_pending;        // some row of this warp has alpha != 1 (lazy rescale: mostly not)
     OnlineSoftmaxFragment<1> softmax;
 
-    __device__ Consumer(const SharedTiles<Tr> &sm_, int wg_, float scale, const CUtensorMap *tm_o_)
+    __device__ Consumer(const SharedTiles<Tr> &sm_, int wg_, float scale, const CUtensorMap *tm_o_, const DropoutConsts &dc)
         : sm(sm_), wg(wg_), row0(0),
           thread_row((threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4), thread_col((threadIdx.x % 4) * 2),
           scale_log2(scale * kLog2e),
           q_desc(smem_desc(smem_addr(sm_.q) + wg_ * Tr::kRowsPerWG * Tr::kRowBytes, 16, Tr::kAtomBytes)),
           k_desc(smem_desc(smem_addr(sm_.k), 16, Tr::kAtomBytes)),
-          v_desc(smem_desc(smem_addr(sm_.v), Tr::kKVPanelBytes, Tr::kAtomBytes)), tm_o(Tr::kStageO ? tm_o_ : nullptr) {}
+          v_desc(smem_desc(smem_addr(sm_.v), Tr::kKVPanelBytes, Tr::kAtomBytes)), tm_o(Tr::kStageO ? tm_o_ : nullptr),
+          dropout_consts(dc) {}
 
     // Ring index kv (the count of K/V blocks this block has consumed before) names the stage and its lap.
     static __device__ __forceinline__ int stage_of(int kv) { return kv % Tr::kStages; }
@@ -245,11 +247,25 @@ struct Consumer {
     // where the C form is what ptxas allocates without spilling (28 bytes with PTX; measured H100 call 1 of
     // session dropfwd20b: d = 64 causal 3.47 against 3.85 ms with PTX, not causal 6.42 against 6.51 with C).
     static constexpr bool kDropoutAsmMul = kDrawEarly || kBand == kBandCausal;
+    // The byte compare after the shuffle, in bf16, with the launch's round keys (attention_dropout.cuh,
+    // bytes_rows_all; docs/notes-dropout.md, session philox20); 0 builds the integer compare before it
+    // (keep_rows_all, the code before that session), the same keep bits, for same-run comparisons.
+#ifndef SY_DROPOUT_BF16_COMPARE
+#define SY_DROPOUT_BF16_COMPARE 1
+#endif
+    static constexpr bool kBf16Compare = SY_DROPOUT_BF16_COMPARE;
     uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
     __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
-        if constexpr (kDropout)
+        if constexpr (kDropout && kBf16Compare) {
+            // row_group_of(row0 + thread_row), row0 a multiple of 16: row0 / 4 + (warp * 16 + lane / 4) / 16 * 4 +
+            // (lane / 4) % 8 / 2 = row0 / 4 + (threadIdx.x % 128) / 8 (unsigned: shifts, no signed division).
+            const uint32_t row_group = static_cast<uint32_t>(row0) / 4 + (threadIdx.x % 128) / 8;
+            bytes_rows_all<Tr::kPVSteps / 2, kDrawEarly, kDropoutAsmMul>(keep, dropout_consts, w.b * p.heads_q + w.h, row_group,
+                                                                         static_cast<uint32_t>(block * Tr::kBlockN), threadIdx.x % 32);
+        } else if constexpr (kDropout) {
             keep_rows_all<Tr::kPVSteps / 2, kDrawEarly, kDropoutAsmMul>(keep, make_dropout(p, w.b, w.h), row0 + thread_row,
                                                                         block * Tr::kBlockN, threadIdx.x % 32);
+        }
     }
     __device__ __forceinline__ void draw_early(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDrawEarly) draw(w, block, p);
@@ -257,7 +273,12 @@ struct Consumer {
     template <bool kDrawNow = !kDrawEarly>
     __device__ __forceinline__ void drop(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDrawNow) draw(w, block, p);
-        if constexpr (kDropout) dropout_rows_apply(rP, keep);
+        if constexpr (kDropout && kBf16Compare) {
+            bytes_to_drop_bits(keep, dropout_consts);
+            dropout_rows_apply_bytes(rP, keep, dropout_consts.bound);
+        } else if constexpr (kDropout) {
+            dropout_rows_apply(rP, keep);
+        }
     }
 
     // Dropout on S's fp32 probabilities (dropped to 0 before P is packed, a select per score), span by span

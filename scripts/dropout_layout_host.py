@@ -2,7 +2,8 @@
 
     python3 scripts/dropout_layout_host.py        # needs g++ (C++17); no GPU, no CUDA toolkit
 
-The fragment functions (keep_rows / keep_rows_all + dropout_rows_apply for the forwards' S, keep_cols +
+The fragment functions (keep_rows / keep_rows_all + dropout_rows_apply for the forwards' S, and the hopper
+forward's bytes_rows_all + bytes_to_drop_bits + dropout_rows_apply_bytes (the compare in bf16), keep_cols +
 dropout_cols_packed / dropout_cols_scale / pack_keep / keep_bit / drop_packed for the backwards' S^T) are
 compiled for the CPU from the headers themselves: the few PTX statements are replaced by C equivalents
 (prmt, %laneid; the volatile pins dropped) and a warp is played lane by lane, its shuffles in two passes
@@ -51,6 +52,18 @@ inline uint32_t host_prmt(uint32_t a, uint32_t b, uint32_t sel) {
     return r;
 }
 inline uint32_t __byte_perm(uint32_t a, uint32_t b, uint32_t s) { return host_prmt(a, b, s & 0x7777); }
+inline float host_bf16(uint32_t half) {   // a bf16's bits to the float it is (subnormals, infinities, NaN kept)
+    const uint32_t bits = half << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
+inline uint32_t host_bf16_ge(uint32_t x, uint32_t bound) {   // set.ge.u32.bf16x2: 0xFFFF per half, NaN false
+    uint32_t r = 0;
+    for (int h = 0; h < 2; ++h)
+        if (host_bf16((x >> (16 * h)) & 0xFFFF) >= host_bf16((bound >> (16 * h)) & 0xFFFF)) r |= 0xFFFFu << (16 * h);
+    return r;
+}
 """
 
 MAIN = r"""
@@ -103,9 +116,41 @@ static void check_cols(const Dropout &d, long &bad, long &checked) {
     }
 }
 
+// The hopper forward's path: bytes_rows_all (the keys and counter of DropoutConsts, head (1, 2) as make_dropout's
+// d, the row group as the consumer makes it)
+// + bytes_to_drop_bits + dropout_rows_apply_bytes (the byte compare in bf16 after the shuffle).
+template <class Params>
+static void check_rows_bf16(const Params &p, const Dropout &d, long &bad, long &checked) {
+    const DropoutConsts c = dropout_consts(p.dropout_p, p.dropout_seed, p.dropout_offset);
+    for (int row0 : {0, 64, 192}) for (int block : {0, 1, 3}) {   // a warpgroup's rows (warps 0..3), 128 keys
+        for (int warp = 0; warp < 4; ++warp) {
+            uint4 bytes[32][4];
+            uint32_t a[32][8][4];
+            for (g_pass = 0; g_pass < 2; ++g_pass)
+                for (g_lane = 0; g_lane < 32; ++g_lane) {
+                    g_call = 0;
+                    const uint32_t tid = warp * 32 + g_lane;   // threadIdx.x % 128
+                    bytes_rows_all<4, true>(bytes[g_lane], c, 1 * p.heads_q + 2, row0 / 4 + tid / 8, block * 128, g_lane);
+                }
+            for (g_lane = 0; g_lane < 32; ++g_lane) {
+                for (auto &s : a[g_lane]) for (auto &r : s) r = 0xFFFFFFFFu;
+                bytes_to_drop_bits(bytes[g_lane], c);
+                dropout_rows_apply_bytes(a[g_lane], bytes[g_lane], c.bound);
+                for (int kk = 0; kk < 8; ++kk) for (int reg = 0; reg < 4; ++reg) for (int h = 0; h < 2; ++h) {
+                    const int i = row0 + warp * 16 + g_lane / 4 + 8 * (reg % 2), j = block * 128 + 8 * (2 * kk + reg / 2) + 2 * (g_lane % 4) + h;
+                    const uint32_t half = (a[g_lane][kk][reg] >> (16 * h)) & 0xFFFF;
+                    bad += (half != 0 && half != 0xFFFF) + ((half != 0) != ref_keep(d, i, j));
+                    ++checked;
+                }
+            }
+        }
+    }
+}
+
 int main() {
     long bad = 0, checked = 0;
-    for (float prob : {0.1f, 0.3f, 0.5f}) {
+    // t = 230, 179, 128 (the bf16 compare's two regimes meet at 128 / 129), 255, 129, 127, 0.
+    for (float prob : {0.1f, 0.3f, 0.5f, 0.001f, 0.496f, 0.504f, 0.999f}) {
     const P p{prob, 0x123456789abcdefull, 40, 3};
     const Dropout d = make_dropout(p, 1, 2);
     for (int row0 : {0, 16, 48}) for (int col0 : {0, 128, 384}) {   // forward: a warp's 16 rows, 128 keys
@@ -140,6 +185,9 @@ int main() {
             }
         }
     }
+    check_rows_bf16(p, d, bad, checked);
+    const P carry{prob, 0x123456789abcdefull, 4 * 0xFFFFFFFCull, 3};   // offset / 4 + 5 carries into word 1
+    check_rows_bf16(carry, make_dropout(carry, 1, 2), bad, checked);
     check_cols<2>(d, bad, checked);   // d = 128: a warp's 16 keys, a 64-query tile
     check_cols<4>(d, bad, checked);   // d = 64: a warp's 16 keys, a 128-query tile
     }
@@ -153,6 +201,8 @@ REPLACE = [
     ('asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));', "r = host_prmt(a, b, selector);"),
     ('asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));', "lane = g_lane;"),
     ('if constexpr (kPinRow) asm volatile("mov.b32 %0, %0;" : "+r"(row));', ""),
+    ('if constexpr (kPinRow) asm volatile("mov.b32 %0, %0;" : "+r"(row_group));', ""),
+    ('asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(bound));', "r = host_bf16_ge(x, bound);"),
     ('if constexpr (kPinKey) asm volatile("mov.b32 %0, %0;\\n\\tmov.b32 %1, %1;" : "+r"(key), "+r"(lane));', ""),
     ('if constexpr (kPin) asm volatile("mov.b32 %0, %0;\\n\\tmov.b64 %1, %1;" : "+f"(dropout_p), "+l"(offset));', ""),
 ]

@@ -294,6 +294,22 @@ def test_forward_with_a_64_bit_seed_and_counter_matches_the_mask_kernel(kernel, 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", ["mma", "hopper"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("p", [0.001, 0.496, 0.5, 0.75, 0.999])
+def test_forward_matches_the_mask_kernel_at_every_threshold(kernel, d, p):
+    # The hopper forward compares a score's byte with t = 256 - round(256 p) in bf16 for t > 128 and through drop
+    # bits for t <= 128 (attention_dropout.cuh, bytes_rows_all): t = 255, 129 | 128, 64, 0 cover both and their ends.
+    if kernel not in kernels():
+        pytest.skip("kernel='hopper' needs an sm_90 GPU")
+    seed, ctr = 0x0BAD_5EED_1234_5678, 4 * 7
+    q, k, v = inputs(2, 3, 3, 300, 260, d, torch.bfloat16)
+    out, _ = dropout.attention(q, k, v, p, False, 1 / math.sqrt(d), kernel, seed=seed, offset=ctr)
+    keep = dropout._dropout_mask(2, 3, 300, 260, p, seed, ctr, q.device)
+    assert relative_error(out, dropout.reference(q, k, v, keep, p, False)) <= OUT_TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["mma", "hopper"])
 def test_same_seed_same_bits_other_offset_other_mask(kernel):
     if kernel not in kernels():
         pytest.skip("kernel='hopper' needs an sm_90 GPU")
