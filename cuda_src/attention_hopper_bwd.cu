@@ -85,26 +85,16 @@ struct BwdConsumer {
 
     // acc = A B^T over d: A this warpgroup's 64 key rows of K or V, B the tile's queries of Q or dO, both
     // K-major; step kk reads columns 16kk.. of panel kk / 4 (32 bytes on inside the swizzled rows).
-    // wgmma descriptors: at d = 128 each GEMM builds its two once and steps through the k-steps with constant
-    // adds (desc_at): smem_desc's mask, shift and or on every k-step's address was ~14 instructions a wgmma,
-    // 450 of the loop's 765 a warp and tile (SASS, bf16 d = 128). At d = 64 (128-query tiles, the consumer at
-    // its 240 registers) the held descriptors spilled 4-16 bytes in three bf16 kernels: rebuilt per k-step.
-    static constexpr bool kHoldDesc = Tr::kHeadDim == 128;
-    static __device__ __forceinline__ uint64_t gemm_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-        return kHoldDesc ? smem_desc(addr, lbo, sbo) : 0;
-    }
-    static __device__ __forceinline__ uint64_t step_desc(uint64_t held, uint32_t addr, uint32_t offset, uint32_t lbo,
-                                                         uint32_t sbo) {
-        return kHoldDesc ? desc_at(held, offset) : smem_desc(addr + offset, lbo, sbo);
-    }
-
+    // wgmma descriptors: each GEMM builds its two once and steps through the k-steps with constant adds (desc_at):
+    // smem_desc's mask, shift and or on every k-step's address was ~14 instructions a wgmma, 450 of the loop's 765
+    // a warp and tile (SASS, bf16 d = 128: 616 after this, 429 with wg uniform; d = 64: 881 -> 665).
     __device__ __forceinline__ void issue_over_d(float (&acc)[Tr::kBlockM / 2], uint32_t a_base, uint32_t b_base) {
-        const uint64_t a = gemm_desc(a_base, 16, Tr::kAtomBytes), b = gemm_desc(b_base, 16, Tr::kAtomBytes);
+        const uint64_t a = smem_desc(a_base, 16, Tr::kAtomBytes), b = smem_desc(b_base, 16, Tr::kAtomBytes);
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsD; ++kk) {
             const int panel = kk / Tr::kKStepsPerPanel, in_panel = (kk % Tr::kKStepsPerPanel) * 32;
-            GemmTile::ss(acc, step_desc(a, a_base, panel * Tr::kKVPanelBytes + in_panel, 16, Tr::kAtomBytes),
-                         step_desc(b, b_base, panel * Tr::kQPanelBytes + in_panel, 16, Tr::kAtomBytes), kk > 0);
+            GemmTile::ss(acc, desc_at(a, panel * Tr::kKVPanelBytes + in_panel),
+                         desc_at(b, panel * Tr::kQPanelBytes + in_panel), kk > 0);
         }
         wgmma_commit();
     }
@@ -227,13 +217,12 @@ struct BwdConsumer {
     __device__ __forceinline__ void issue_head_gemm(float (&acc)[Tr::kHeadDim / 2], uint32_t (&a)[Tr::kKStepsM][4],
                                                     const unsigned char *tile_base, int stage) {
         const uint32_t b_base = smem_addr(tile_base) + stage * Tr::kQBytes;
-        const uint64_t b = gemm_desc(b_base, Tr::kQPanelBytes, Tr::kAtomBytes);
+        const uint64_t b = smem_desc(b_base, Tr::kQPanelBytes, Tr::kAtomBytes);
         fence_regs(acc);
         fence_regs(a);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Tr::kKStepsM; ++kk)
-            GemmHead::rs(acc, a[kk], step_desc(b, b_base, kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes));
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk) GemmHead::rs(acc, a[kk], desc_at(b, kk * 16 * Tr::kRowBytes));
         wgmma_commit();
     }
 
@@ -261,14 +250,14 @@ struct BwdConsumer {
     __device__ __forceinline__ void issue_dk_smem(int buffer, int stage) {
         const uint32_t a_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + wg * Tr::kKeysPerWG * Tr::kRowBytes;
         const uint32_t b_base = smem_addr(sm.q) + stage * Tr::kQBytes;
-        const uint64_t a = gemm_desc(a_base, 16, Tr::kAtomBytes), b = gemm_desc(b_base, Tr::kQPanelBytes, Tr::kAtomBytes);
+        const uint64_t a = smem_desc(a_base, 16, Tr::kAtomBytes), b = smem_desc(b_base, Tr::kQPanelBytes, Tr::kAtomBytes);
         fence_regs(dK);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsM; ++kk) {
             const int panel = kk / Tr::kKStepsPerPanel, in_panel = (kk % Tr::kKStepsPerPanel) * 32;
-            GemmHead::template ss<0, 1>(dK, step_desc(a, a_base, panel * Tr::kDsPanelBytes + in_panel, 16, Tr::kAtomBytes),
-                                        step_desc(b, b_base, kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes), 1);
+            GemmHead::template ss<0, 1>(dK, desc_at(a, panel * Tr::kDsPanelBytes + in_panel),
+                                        desc_at(b, kk * 16 * Tr::kRowBytes), 1);
         }
         wgmma_commit();
     }
@@ -279,13 +268,13 @@ struct BwdConsumer {
         const int ds_panel = Tr::kDqSplitColumns ? 0 : wg, k_panel = Tr::kDqSplitColumns ? wg : 0;
         const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + ds_panel * Tr::kDsPanelBytes;
         const uint32_t k_base = smem_addr(sm.k) + k_panel * Tr::kKVPanelBytes;
-        const uint64_t a = gemm_desc(ds_base, Tr::kDsPanelBytes, Tr::kAtomBytes), b = gemm_desc(k_base, Tr::kKVPanelBytes, Tr::kAtomBytes);
+        const uint64_t a = smem_desc(ds_base, Tr::kDsPanelBytes, Tr::kAtomBytes);
+        const uint64_t b = smem_desc(k_base, Tr::kKVPanelBytes, Tr::kAtomBytes);
         fence_regs(dq);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kDqKSteps; ++kk)
-            GemmDq::template ss<1, 1>(dq, step_desc(a, ds_base, kk * 16 * Tr::kRowBytes, Tr::kDsPanelBytes, Tr::kAtomBytes),
-                                      step_desc(b, k_base, kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes), kk > 0);
+            GemmDq::template ss<1, 1>(dq, desc_at(a, kk * 16 * Tr::kRowBytes), desc_at(b, kk * 16 * Tr::kRowBytes), kk > 0);
         wgmma_commit();
     }
 

@@ -216,8 +216,8 @@ GRAD_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3}
 OUT_TOLERANCE = {torch.bfloat16: 1.6e-2, torch.float16: 4e-3}
 
 
-def relative_error(x, ref):
-    return ((x.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-2)).item()
+def relative_error(x, ref, floor=1e-2):
+    return ((x.double() - ref).abs().max() / ref.abs().max().clamp_min(floor)).item()
 
 
 @pytest.mark.gpu
@@ -260,8 +260,12 @@ def check_against_float64(monkeypatch, kernel, dtype, d, B, Hq, Hkv, Nq, Nk, cau
     ref = dropout.reference(*leaves, keep, p, causal, **band)
     ref_grads = torch.autograd.grad(ref, leaves, dout.double())
     assert relative_error(out, ref) <= OUT_TOLERANCE[dtype]
+    # A band of one key a row (window (0, 0)) has P = 1 there, so dS = P (dP - D) = 0 and the exact dQ, dK are 0;
+    # the kernels' are D's rounding (D = rowsum(dO o O) with O in 16 bits, as FlashAttention's), so their error is
+    # measured against the largest gradient (dV's) there, not against zero.
+    floor = max(1e-2, max(r.abs().max().item() for r in ref_grads)) if tuple(window) == (0, 0) else 1e-2
     for name, g, r in zip("qkv", grads, ref_grads):
-        assert relative_error(g, r) <= GRAD_TOLERANCE[dtype], f"d{name}"
+        assert relative_error(g, r, floor) <= GRAD_TOLERANCE[dtype], f"d{name}"
     seen = band_mask(Nq, Nk, causal, offset, window, q.device)   # rows that see no key: 0, and zero gradients
     if attn_mask is not None:
         seen = seen & (attn_mask if attn_mask.dtype == torch.bool else attn_mask > -math.inf)

@@ -204,5 +204,8 @@ def reference(q, k, v, keep, dropout_p: float, is_causal: bool = False, scale: O
         s = s.masked_fill(~band_mask(*s.shape[-2:], is_causal, causal_offset, tuple(window), s.device), -math.inf)
     if attn_mask is not None:
         s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.double()
-    p = torch.softmax(s, -1).nan_to_num(0.0)
+    # A row that sees no key: P = 0 there, and no NaN through softmax's backward (an additive mask's -inf would
+    # carry one into dQ, dK: masked_fill's backward is what stops it).
+    empty = torch.isneginf(s).all(-1, keepdim=True)
+    p = torch.softmax(s.masked_fill(empty, 0.0), -1).masked_fill(empty, 0.0)
     return (p * keep.to(p.dtype) / (1.0 - dropout_p)) @ v
