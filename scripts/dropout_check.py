@@ -229,6 +229,7 @@ def main():
                         help="dropout with a causal sliding window of W keys (see the top)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)   # made before the timings: a missing folder must not lose them
     if args.mask:
         print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
         rows = {kernel: mask_table(args.sizes, kernel, args.dims, args.fwd_only, dtype=args.dtype) for kernel in args.kernels}
