@@ -88,6 +88,12 @@ def use_library(path):
         _swapped.clear()
 
 
+def random_qkv(batch, heads, n, d, dtype):
+    """q, k, v of one cell, the same numbers in every table and run (seeded by the cell's n + d)."""
+    g = torch.Generator(device="cuda").manual_seed(n + d)
+    return tuple(torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=dtype) for _ in range(3))
+
+
 def table(sizes, kernel, dims, libs, train_libs, train_dims, rounds, skip_sdpa, fwd_only, tokens=65536, dtype="bf16"):
     rows = []
     print(f"\n## dropout 0.1 vs none, {dtype}, H * d = 2048, B = {tokens} / N; kernel={kernel!r}; builds "
@@ -98,10 +104,7 @@ def table(sizes, kernel, dims, libs, train_libs, train_dims, rounds, skip_sdpa, 
         batch = max(1, tokens // n)
         for d in dims:
             heads = 2048 // d
-            g = torch.Generator(device="cuda").manual_seed(n + d)
-            q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda",
-                                   dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
-                       for _ in range(3))
+            q, k, v = random_qkv(batch, heads, n, d, torch.float16 if dtype == "fp16" else torch.bfloat16)
             for causal in (False, True):
                 pairs = n * (n + 1) // 2 if causal else n * n
                 for train in (False,) if fwd_only or d not in train_dims else (False, True):
@@ -148,8 +151,7 @@ def mask_table(sizes, kernel, dims, fwd_only, tokens=65536, dtype="bf16"):
         lengths = [n * (4 - i % 4) // 4 for i in range(batch)]   # N, 3N/4, N/2, N/4, ...
         for d in dims:
             heads = 2048 // d
-            g = torch.Generator(device="cuda").manual_seed(n + d)
-            q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=torch_dtype) for _ in range(3))
+            q, k, v = random_qkv(batch, heads, n, d, torch_dtype)
             keys = torch.arange(n, device="cuda")[None, :] < torch.tensor(lengths, device="cuda")[:, None]
             mask = torch.zeros(batch, 1, 1, n, device="cuda", dtype=torch_dtype).masked_fill_(~keys[:, None, None], -math.inf)
             visible = n * sum(lengths)
@@ -198,8 +200,7 @@ def window_table(sizes, kernel, dims, width, fwd_only, tokens=65536, dtype="bf16
         visible = int(band.sum())
         for d in dims:
             heads = 2048 // d
-            g = torch.Generator(device="cuda").manual_seed(n + d)
-            q, k, v = (torch.randn(batch, heads, n, d, generator=g, device="cuda", dtype=torch_dtype) for _ in range(3))
+            q, k, v = random_qkv(batch, heads, n, d, torch_dtype)
             decision = decide(q, k, v, None, 0.1, True, kernel=kernel, window=window)
             print(f"| {n} | {d} | route | ours windowed p=0.1 | {decision.path or decision.reason} | | |")
             # The mask row passes the band as attn_mask, so not is_causal (torch's ValueError beside a mask).
