@@ -12,7 +12,8 @@
 //   warpgroup 1 (dS): dP^T = V dO^T (n64, over d), dS^T = P^T o (dP^T - D), dK += dS^T Q (n256, dS^T
 //                     from the registers), dQ[:, 128:256] += dS K (n128)
 // Each warpgroup then issues 2.5 of the tile's 5 GEMM units (64 x 64 x 256 each), and each accumulator is
-// 128 (dV or dK) + 64 (dQ half) + 32 (S^T or dP^T) registers at most, never all at once. P^T crosses from
+// 128 (dV or dK) + 64 (dQ half) + 32 (S^T or dP^T) registers at most, never all at once. Warpgroup 0 makes
+// S^T and P^T one tile ahead (SY_HOPPER_BWD256_P_AHEAD below), between this tile's dV and dQ. P^T crosses from
 // warpgroup 0 to 1 through shared memory in the registers' own fragment order (each thread reads what its
 // twin thread wrote: 16 contiguous bytes a lane, conflict-free), dS^T is stored once 128B-swizzled and
 // read by both warpgroups' dQ GEMMs as wgmma's transposed A (the hopper backward's dS^T layout). Every
@@ -28,6 +29,21 @@
 #include "attention_bwd_common.cuh"
 #include "hopper_primitives.cuh"
 #include "softmax.cuh"   // fast_exp2
+
+// Two schedule levers of issue 21 (docs/notes-attention-bwd.md, session d256o), each 1 by default and 0 for
+// the previous schedule in a same-run A/B (-DSY_HOPPER_BWD256_P_AHEAD=0 -DSY_HOPPER_BWD256_LPT=0):
+// P_AHEAD: the P warpgroup makes the next tile's S^T and P^T between this tile's dV and dQ, while the dS
+//   warpgroup computes this tile's dS^T, dQ and dK, so the dS warpgroup finds P^T stored when its dP^T is
+//   done (before, it waited there for S^T and the exponentials, and its tensor-core work stood still).
+// LPT: causal grids (query heads, key blocks, batch): the block scheduler takes blocks in index order, so key
+//   block 0 of every head (the one that sees every query tile) starts first and the last wave holds the
+//   shortest blocks, not the last head's longest one.
+#ifndef SY_HOPPER_BWD256_P_AHEAD
+#define SY_HOPPER_BWD256_P_AHEAD 1
+#endif
+#ifndef SY_HOPPER_BWD256_LPT
+#define SY_HOPPER_BWD256_LPT 1
+#endif
 
 namespace sy_attn {
 namespace {
@@ -78,8 +94,9 @@ static_assert(Tr::kPanels * Tr::kPanelCols == Tr::kHeadDim && Tr::kAtomBytes == 
                   Tr::kQPanelBytes * Tr::kPanels == Tr::kQBytes && Tr::kPBytes == Tr::kKStepsM * 128 * 16,
               "panels of 64 columns, k16 steps, P^T's fragment order");
 
-// Named barriers (0 is __syncthreads): P^T stored (warpgroup 0 arrives, 1 waits), dS^T stored (both).
-enum Bwd256Barrier { kBarP256 = 1, kBarDs256 = 2 };
+// Named barriers (0 is __syncthreads): P^T stored (warpgroup 0 arrives, 1 waits), dS^T stored (both; with
+// kPAhead warpgroup 1 arrives and meets its own four warps at kBarDsOwn256: its dQ GEMM reads every warp's rows).
+enum Bwd256Barrier { kBarP256 = 1, kBarDs256 = 2, kBarDsOwn256 = 3 };
 
 #ifdef SY_HOPPER_DEVICE_CODE
 struct Bwd256Smem {
@@ -150,6 +167,7 @@ struct Bwd256Consumer {
     using GemmTile = WgmmaM64N64<T>;    // S^T, dP^T
     using GemmHead = WgmmaM64N256<T>;   // dV, dK
     using GemmDq = WgmmaM64N128<T>;     // this warpgroup's half of dQ
+    static constexpr bool kPAhead = SY_HOPPER_BWD256_P_AHEAD != 0;
 
     const Bwd256Smem &sm;
     const int warp, lane, tid;
@@ -290,13 +308,49 @@ struct Bwd256Consumer {
             }
     }
 
-    // One query tile (the i-th this block walks, queries m0 ..).
+    // The P warpgroup's S^T and P^T of the tile at m0 (stage, P^T buffer), stored and left in rP for dV.
     template <bool kMask>
-    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band) {
+    __device__ __forceinline__ void next_p(int stage, int buffer, int m0, int n0, Band band) {
+        issue_over_d(smem_addr(sm.k), smem_addr(sm.q) + stage * Tr::kQBytes);
+        wgmma_wait<0>();
+        fence_regs(sc);
+        compute_p<kMask>(stage, n0, m0, band);
+        store_p(buffer);
+    }
+
+    // One query tile (the i-th this block walks, queries m0 ..; has_next: another follows). With kPAhead the
+    // P warpgroup runs one tile ahead in its exponentials: it enters with this tile's P^T stored, announced
+    // and in rP (from the previous tile, or run's prologue), and makes the next tile's between this tile's
+    // dV and dQ, while the dS warpgroup computes this tile's dS^T, dQ and dK; kMask is then the next tile's.
+    // Registers peak as before at dQ: dV 128 + dQ 64 + the next P^T 16 (S^T's 32 are dead by then).
+    template <bool kMask>
+    __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, bool has_next) {
         const int stage = i % Tr::kStages, buffer = i & 1;
         const uint32_t q_stage = smem_addr(sm.q) + stage * Tr::kQBytes, do_stage = smem_addr(sm.dout) + stage * Tr::kQBytes;
-        mbar_wait(smem_addr(sm.q_full + stage), (i / Tr::kStages) & 1);
-        if constexpr (kRole == 0) {
+        if (kRole == 1 || !kPAhead) mbar_wait(smem_addr(sm.q_full + stage), (i / Tr::kStages) & 1);
+        if constexpr (kRole == 0 && kPAhead) {
+            issue_head(rP, do_stage);                  // dV += P^T dO
+            wgmma_wait<0>();
+            fence_regs(acc);
+            fence_regs(rP);
+            // This stage is read (Q by the S^T of the previous tile, LSE by its exponentials, dO by dV): freed
+            // now, so the next copy into it waits for the dS warpgroup's dK only, never for the wait below.
+            mbar_arrive(smem_addr(sm.q_empty + stage));
+            if (has_next) {
+                const int next = (i + 1) % Tr::kStages;
+                mbar_wait(smem_addr(sm.q_full + next), ((i + 1) / Tr::kStages) & 1);
+                // P^T buffer buffer ^ 1 was last read by the dS warpgroup before its dS^T of tile i - 1,
+                // which this warpgroup met at kBarDs256 in that tile.
+                next_p<kMask>(next, buffer ^ 1, m0 + Tr::kBlockM, n0, band);
+            }
+            // dS^T stored and fenced by the dS warpgroup, which only arrives here. The next P^T is announced
+            // after this meeting, not before: each warpgroup's next arrival on either barrier then follows
+            // the other's wait on the previous one, so neither barrier is arrived on twice in one phase.
+            named_bar_sync(kBarDs256, 256);
+            if (has_next) named_bar_arrive(kBarP256, 256);   // bar.arrive orders the P^T stores before it
+            issue_dq(buffer);
+            wgmma_wait<0>();                           // dQ done
+        } else if constexpr (kRole == 0) {
             issue_over_d(smem_addr(sm.k), q_stage);   // S^T
             wgmma_wait<0>();
             fence_regs(sc);
@@ -318,7 +372,14 @@ struct Bwd256Consumer {
             compute_ds(stage);
             store_ds(buffer);
             fence_proxy_async_shared();                // the stores reach wgmma's proxy before the barrier
-            named_bar_sync(kBarDs256, 256);
+            if constexpr (kPAhead) {
+                // The P warpgroup waits here after its next tile's exponentials; this one need not wait for
+                // them, only for its own four warps' rows (its dQ GEMM reads all 64).
+                named_bar_arrive(kBarDs256, 256);
+                named_bar_sync(kBarDsOwn256, 128);
+            } else {
+                named_bar_sync(kBarDs256, 256);
+            }
             issue_dq(buffer);
             issue_head(rdS, q_stage);                  // dK += dS^T Q, under the dQ atomics
             wgmma_wait<1>();                           // dQ done; dK may still run
@@ -331,7 +392,7 @@ struct Bwd256Consumer {
             fence_regs(acc);
             fence_regs(rdS);
         }
-        mbar_arrive(smem_addr(sm.q_empty + stage));
+        if (kRole == 1 || !kPAhead) mbar_arrive(smem_addr(sm.q_empty + stage));
     }
 
     // dK carries the softmax scale (S = scale * Q K^T); dV does not. GQA: fp32 per query head, summed later.
@@ -352,27 +413,39 @@ struct Bwd256Consumer {
     __device__ void run(const sy_attn_bwd_params &p, int n0, int h, int b, Band band) {
         float *gDqHead = p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim;
         const BlockRange tiles = query_tiles256<kBand>(n0, p.seqlen_q, p.seqlen_k, band);
-        for (int m = tiles.begin, i = 0; m < tiles.end; ++m, ++i) {
-            if (kBand == kBandCausal && m < tiles.unmasked_begin)
-                tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band);
+        constexpr bool kAhead = kRole == 0 && kPAhead;   // this warpgroup's P^T one tile ahead
+        if (kAhead && tiles.begin < tiles.end) {               // the first tile's P^T (stage 0, lap 0, buffer 0)
+            mbar_wait(smem_addr(sm.q_full), 0);
+            if (kBand == kBandCausal && tiles.begin < tiles.unmasked_begin)
+                next_p<true>(0, 0, tiles.begin * Tr::kBlockM, n0, band);
             else
-                tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band);
+                next_p<false>(0, 0, tiles.begin * Tr::kBlockM, n0, band);
+            named_bar_arrive(kBarP256, 256);
+        }
+        for (int m = tiles.begin, i = 0; m < tiles.end; ++m, ++i) {
+            const bool has_next = m + 1 < tiles.end;
+            if (kBand == kBandCausal && (kAhead ? m + 1 : m) < tiles.unmasked_begin)   // the exponentials' tile
+                tile<true>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, has_next);
+            else
+                tile<false>(i, m * Tr::kBlockM, n0, p.seqlen_q, gDqHead, band, has_next);
         }
         store(p, n0, h, b);
     }
 };
 #endif  // SY_HOPPER_DEVICE_CODE
 
-// Grid (key blocks, query heads, batch): causal key block 0 sees the most query tiles and starts first.
+// Grid (key blocks, query heads, batch), or with heads_first (causal, LPT) (query heads, key blocks, batch):
+// causal key block 0 sees the most query tiles, and heads_first starts it first in every head.
 template <typename T, int kBand>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                      const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
-                     const sy_attn_bwd_params p, int rows_per_head, const Band band) {
+                     const sy_attn_bwd_params p, int rows_per_head, const Band band, bool heads_first) {
 #ifdef SY_HOPPER_DEVICE_CODE
     extern __shared__ unsigned char smem_raw[];
     const Bwd256Smem sm(smem_raw);
-    const int n0 = blockIdx.x * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
+    const int n0 = (heads_first ? blockIdx.y : blockIdx.x) * Tr::kBlockN, h = heads_first ? blockIdx.x : blockIdx.y,
+              b = blockIdx.z;
     if (threadIdx.x == 0) {
         mbar_init(smem_addr(sm.kv_full), 1);
         for (int s = 0; s < Tr::kStages; ++s) {
@@ -447,8 +520,11 @@ int launch256(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStr
 
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
-    dim3 grid(ceil_div(p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
+    // Causal: every head's key block 0 first (LPT above), where the key blocks fit gridDim.y (65535).
+    const int key_blocks = ceil_div(p.seqlen_k, Tr::kBlockN);
+    const bool heads_first = SY_HOPPER_BWD256_LPT && kBand == kBandCausal && key_blocks <= 65535;
+    const dim3 grid = heads_first ? dim3(p.heads_q, key_blocks, p.batch) : dim3(key_blocks, p.heads_q, p.batch);
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band, heads_first);
     if ((status = launch_status()) != kOk) return status;
 
     // dQ = scale * dq_accum: 8 elements a thread where dq's rows are 16-byte aligned, else the generic reduce.
