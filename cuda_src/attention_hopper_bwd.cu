@@ -34,10 +34,8 @@
 namespace sy_attn {
 namespace {
 
-// kDropoutFlag, beside the band's bits and kVarlenFlag (hopper_bwd_pipeline.cuh): dropout (p.dropout_p,
-// attention_dropout.cuh), instantiated with every band mode and kBandMask (no band; d = 128 only):
-// dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
-constexpr int kDropoutFlag = 8;
+// kDropoutFlag (hopper_bwd_pipeline.cuh): dropout (p.dropout_p, attention_dropout.cuh), instantiated with every
+// band mode and kBandMask (no band; d = 128 only): dV += (P o Z)^T dO, dS = P o (Z o dP / (1 - p) - D).
 
 #ifdef SY_HOPPER_DEVICE_CODE
 // blockIdx.y (kDim 1) or .z (2), read where it is used: a volatile read cannot be hoisted out of the query
@@ -390,7 +388,7 @@ struct BwdConsumer {
 };
 #endif  // SY_HOPPER_DEVICE_CODE
 
-// Grid (key blocks, query heads, batch): causal key block 0 sees the most query tiles and starts first.
+// Grid (key blocks, query heads, batch), or (query heads, key blocks, batch) where lpt_grid says so.
 template <class Tr, typename T, int kMode>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
 hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
@@ -401,8 +399,9 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
     const BwdSmem<Tr> sm(smem_raw);
     // Deterministic with a band: high key blocks first (write_dq says why; never varlen).
     constexpr bool kReversible = ((kMode & 3) == kBandCausal || (kMode & 3) == kBandLocal) && (kMode & kVarlenFlag) == 0;
-    const int n_block = kReversible && p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int n0 = n_block * Tr::kBlockN, h = blockIdx.y, b = blockIdx.z;
+    const bool lpt = lpt_grid<kMode>(p);
+    const int n_block = lpt ? blockIdx.y : kReversible && p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int n0 = n_block * Tr::kBlockN, h = lpt ? blockIdx.x : blockIdx.y, b = blockIdx.z;
     // Varlen: the grid covers max_seqlen_k keys of every sequence; a block past its sequence's keys has
     // nothing to do (the whole block leaves before any barrier exists).
     if ((kMode & kVarlenFlag) != 0 && n0 >= sequence_of<kMode>(p, b, band).len_k) return;

@@ -33,3 +33,8 @@
 #ifndef SY_HOPPER_BWD_DROPOUT_TMA
 #define SY_HOPPER_BWD_DROPOUT_TMA SY_HOPPER_BWD_DQ_TMA
 #endif
+// Causal and local grids launched longest key blocks first within each batch element (lpt_grid in
+// hopper_bwd_pipeline.cuh); 0 the previous order, for same-run comparisons.
+#ifndef SY_HOPPER_BWD_LPT
+#define SY_HOPPER_BWD_LPT 1
+#endif

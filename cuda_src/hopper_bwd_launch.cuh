@@ -36,7 +36,8 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
         if (err != cudaSuccess)
             return static_cast<int>(err);
     }
-    dim3 grid(ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN), p.heads_q, p.batch);
+    const int key_blocks = ceil_div(kVarlen ? p.max_seqlen_k : p.seqlen_k, Tr::kBlockN);
+    const dim3 grid = lpt_grid<kMode>(p) ? dim3(p.heads_q, key_blocks, p.batch) : dim3(key_blocks, p.heads_q, p.batch);
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
 

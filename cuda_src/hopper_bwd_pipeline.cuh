@@ -8,14 +8,17 @@
 #include "attention_band.cuh"
 #include "attention_bwd_common.cuh"
 #include "attention_mask.cuh"   // kBandMask: attn_mask tile by tile (the key block's list of query tiles)
+#include "hopper_bwd_config.cuh"  // SY_HOPPER_BWD_LPT
 #include "hopper_primitives.cuh"
 
 namespace sy_attn {
 namespace {
 
 // A kernel's mode: the band's (attention_band.cuh) or kBandMask (attention_mask.cuh) in the low bits, plus
-// kVarlenFlag for a packed variable-length batch (as in attention_hopper.cu).
+// kVarlenFlag for a packed variable-length batch (as in attention_hopper.cu) and kDropoutFlag (attention_hopper_bwd.cu
+// says what it changes).
 constexpr int kVarlenFlag = 4;
+constexpr int kDropoutFlag = 8;
 
 // A block owns kBlockN = 128 keys of one (batch, query head); consumer warpgroup w owns keys 64w..64w+63
 // and walks the query tiles kBlockM at a time: 64 at d = 128, 128 at d = 64. Registers per consumer
@@ -81,6 +84,21 @@ struct HopperBwdTraits {
 // shared memory: share w full, share w empty (warpgroup w and the dQ warp, 160).
 enum BwdNamedBarrier { kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 4 };
 constexpr int kDqBarThreads = 128 + 32;
+
+// The grid's launch order (hopper_bwd_kernel). The block scheduler starts blocks in index order (x fastest) and
+// each SM takes the next when one finishes, so the last blocks launched decide the tail. Causal and local key
+// blocks differ in work (causal key block 0 sees every query tile, the last block one or two): launched as
+// (key blocks, heads, batch) the last head's longest block starts in the last wave, and some SMs run it alone.
+// Launched as (heads, key blocks, batch) -- SY_HOPPER_BWD_LPT -- each batch element's blocks start longest first
+// (block 0 of every head, then block 1, ...), and the last to start are the shortest; the blocks running together
+// still share their batch element's Q, dO and dq_accum lines in L2. Not where the order is fixed by other needs:
+// deterministic calls (write_dq's turns: high key blocks first), varlen (key blocks past a sequence leave at
+// once) and dropout (its Philox counter reads the head from blockIdx.y, where it is used).
+template <int kMode>
+__host__ __device__ __forceinline__ bool lpt_grid(const sy_attn_bwd_params &p) {
+    constexpr bool kBanded = (kMode & 3) == kBandCausal || (kMode & 3) == kBandLocal;
+    return SY_HOPPER_BWD_LPT != 0 && kBanded && (kMode & (kVarlenFlag | kDropoutFlag)) == 0 && !p.deterministic;
+}
 
 #ifdef SY_HOPPER_DEVICE_CODE
 template <class Tr>
