@@ -247,35 +247,54 @@ __device__ __forceinline__ void store_pair<float>(float *dst, float lo, float hi
 // dQ from the hopper backward's tile-major dq_accum (SY_HOPPER_BWD_DQ_TMA): per head rows_per_head / kBlockM
 // tiles (kBlockM = 64 at d = 128, 128 at d = 64), each two 64 x 64 shares (d = 128: columns 64 w..; d = 64:
 // rows 64 w..), a share 8 x 128 float4 in the accumulator's order: float4 nt * 128 + t holds thread t's
-// n8 tile nt, i.e. columns 8 nt + 2 (t % 4) + {0, 1} of rows 16 (t / 32) + (t % 32) / 4 (+ 8). One thread
-// per float4: a coalesced 16-byte read, two 4-byte writes.
+// n8 tile nt, i.e. columns 8 nt + 2 (t % 4) + {0, 1} of rows 16 (t / 32) + (t % 32) / 4 (+ 8).
+// A memory-bound pass (reads 4 bytes, writes 2 a value) that must stay under the SM's issue rate: grid (chunks
+// of a head, heads, batch), so every index below divides by a power of 2 (one thread a float4 with the head
+// and batch divided out at run time was ~100 instructions per 16 bytes: at the HBM rate per SM, about 70 % of
+// the schedulers' issue slots). Each thread takes n8 tiles 2q and 2q + 1 of one accumulator thread: two
+// coalesced 16-byte reads, and 16 contiguous bytes of each row written by a quad of lanes.
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kReduceThreads)
-dq_tiled_convert_kernel(const float *src, T *dst, int64_t s0, int64_t s1, int64_t s2, int heads, int seqlen_q,
-                        int rows_per_head, int total, float scale) {
-    const int idx = blockIdx.x * kReduceThreads + threadIdx.x;
-    if (idx >= total) return;
-    constexpr int kShare = 64 * 64 / 4, kBlockM = kHeadDim == 64 ? 128 : 64;
-    const int per_head = rows_per_head * kHeadDim / 4;
-    const int bh = idx / per_head, in_head = idx % per_head;
-    const int tile = in_head / (2 * kShare), w = (in_head / kShare) % 2, nt = (in_head % kShare) / 128, t = in_head % 128;
-    const int r = 16 * (t / 32) + (t % 32) / 4, c = 8 * nt + 2 * (t % 4);
+dq_tiled_convert_kernel(const float *src, T *dst, int64_t s0, int64_t s1, int64_t s2, int batch, int heads,
+                        int seqlen_q, int rows_per_head, float scale) {
+    constexpr int kShare4 = 64 * 64 / 4, kPairs = kShare4 / 2, kBlockM = kHeadDim == 64 ? 128 : 64;
+    // Unsigned: the divisions by powers of 2 are single shifts and masks.
+    const unsigned pair = blockIdx.x * kReduceThreads + threadIdx.x;   // launch: a head's pairs are whole blocks
+    const unsigned share = pair / kPairs, q = (pair % kPairs) / 128, t = pair % 128;
+    const int tile = share / 2, w = share % 2;
+    const int r = 16 * (t / 32) + (t % 32) / 4, c = 16 * q + 2 * (t % 4);
     const int row = tile * kBlockM + (kHeadDim == 64 ? 64 * w : 0) + r, col = (kHeadDim == 64 ? 0 : 64 * w) + c;
-    const float4 v = reinterpret_cast<const float4 *>(src)[idx];
-    T *base = dst + (bh / heads) * s0 + (bh % heads) * s1 + col;
-    if (row < seqlen_q) store_pair(base + row * s2, v.x * scale, v.y * scale);
-    if (row + 8 < seqlen_q) store_pair(base + (row + 8) * s2, v.z * scale, v.w * scale);
+    // (h, b) from the grid; past the grid's 65535 a dimension the blocks take further heads / batches in turn.
+    for (int b = blockIdx.z; b < batch; b += gridDim.z)
+        for (int h = blockIdx.y; h < heads; h += gridDim.y) {
+            const float4 *in = reinterpret_cast<const float4 *>(src) +
+                               (int64_t(b) * heads + h) * (int64_t(rows_per_head) * kHeadDim / 4) + share * kShare4 +
+                               2 * q * 128 + t;
+            const float4 lo = in[0], hi = in[128];   // n8 tiles 2q (columns c, c + 1) and 2q + 1 (c + 8, c + 9)
+            T *base = dst + b * s0 + h * s1 + col;
+            if (row < seqlen_q) {
+                store_pair(base + row * s2, lo.x * scale, lo.y * scale);
+                store_pair(base + row * s2 + 8, hi.x * scale, hi.y * scale);
+            }
+            if (row + 8 < seqlen_q) {
+                store_pair(base + (row + 8) * s2, lo.z * scale, lo.w * scale);
+                store_pair(base + (row + 8) * s2 + 8, hi.z * scale, hi.w * scale);
+            }
+        }
 }
 
 template <typename T>
 int launch_dq_tiled_convert(const float *src, void *dst, const int64_t strides[3], int batch, int heads, int seqlen_q,
                             int rows_per_head, int head_dim, float scale, cudaStream_t stream) {
-    const int64_t total = static_cast<int64_t>(batch) * heads * rows_per_head * head_dim / 4;
-    if (total >= (int64_t(1) << 31)) return kUnsupported;
-    const int blocks = static_cast<int>((total + kReduceThreads - 1) / kReduceThreads);
+    // A head's pairs: rows_per_head * head_dim / 8, whole blocks (rows_per_head is a multiple of
+    // SY_ATTN_BWD_ROW_ALIGN: 16 K pairs at d = 128, 8 K at d = 64, per 128 rows).
+    static_assert(SY_ATTN_BWD_ROW_ALIGN * 64 / 8 % kReduceThreads == 0, "a head's pairs fill whole blocks");
+    const int64_t pairs = static_cast<int64_t>(rows_per_head) * head_dim / 8;
+    const dim3 grid(static_cast<unsigned>(pairs / kReduceThreads), heads < 65535 ? heads : 65535,
+                    batch < 65535 ? batch : 65535);
     auto kernel = head_dim == 64 ? dq_tiled_convert_kernel<T, 64> : dq_tiled_convert_kernel<T, 128>;
-    kernel<<<blocks, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), strides[0], strides[1], strides[2], heads,
-                                                  seqlen_q, rows_per_head, static_cast<int>(total), scale);
+    kernel<<<grid, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), strides[0], strides[1], strides[2], batch,
+                                                heads, seqlen_q, rows_per_head, scale);
     return launch_status();
 }
 
