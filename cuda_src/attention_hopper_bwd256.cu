@@ -192,15 +192,17 @@ struct Bwd256Consumer {
     }
 
     // sc = A B^T over d: A = K or V (the block's 64 keys), B = the stage's Q or dO, both K-major; step kk
-    // reads columns 16 kk .. of panel kk / 4.
+    // reads columns 16 kk .. of panel kk / 4. Each GEMM builds its two descriptors once and steps them by
+    // constants (desc_at; smem_desc's mask, shift and or on each step's address were ~14 instructions a wgmma).
     __device__ __forceinline__ void issue_over_d(uint32_t a_base, uint32_t b_base) {
+        const uint64_t a = smem_desc(a_base, 16, Tr::kAtomBytes), b = smem_desc(b_base, 16, Tr::kAtomBytes);
         fence_regs(sc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsD; ++kk) {
             const int panel = kk / 4, in_panel = (kk % 4) * 32;
-            GemmTile::ss(sc, smem_desc(a_base + panel * Tr::kKVPanelBytes + in_panel, 16, Tr::kAtomBytes),
-                         smem_desc(b_base + panel * Tr::kQPanelBytes + in_panel, 16, Tr::kAtomBytes), kk > 0);
+            GemmTile::ss(sc, desc_at(a, panel * Tr::kKVPanelBytes + in_panel), desc_at(b, panel * Tr::kQPanelBytes + in_panel),
+                         kk > 0);
         }
         wgmma_commit();
     }
@@ -208,27 +210,25 @@ struct Bwd256Consumer {
     // acc += A B over the tile's queries: A (P^T or dS^T) from registers, B (dO or Q) MN-major, LBO the
     // step from one 64-column panel of d to the next.
     __device__ __forceinline__ void issue_head(uint32_t (&a)[Tr::kKStepsM][4], uint32_t b_base) {
+        const uint64_t b = smem_desc(b_base, Tr::kQPanelBytes, Tr::kAtomBytes);
         fence_regs(acc);
         fence_regs(a);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Tr::kKStepsM; ++kk)
-            GemmHead::rs(acc, a[kk], smem_desc(b_base + kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes));
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk) GemmHead::rs(acc, a[kk], desc_at(b, kk * 16 * Tr::kRowBytes));
         wgmma_commit();
     }
 
     // dQ[:, 128 kRole ..] = dS K over the block's keys: A = dS^T read MN-major (transposed), B = K panels
     // 2 kRole, 2 kRole + 1 MN-major.
     __device__ __forceinline__ void issue_dq(int buffer) {
-        const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes;
-        const uint32_t k_base = smem_addr(sm.k) + 2 * kRole * Tr::kKVPanelBytes;
+        const uint64_t a = smem_desc(smem_addr(sm.ds) + buffer * Tr::kDsBytes, Tr::kDsBytes, Tr::kAtomBytes);
+        const uint64_t b = smem_desc(smem_addr(sm.k) + 2 * kRole * Tr::kKVPanelBytes, Tr::kKVPanelBytes, Tr::kAtomBytes);
         fence_regs(dq);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsN; ++kk)
-            GemmDq::template ss<1, 1>(dq, smem_desc(ds_base + kk * 16 * Tr::kRowBytes, Tr::kDsBytes, Tr::kAtomBytes),
-                                      smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes),
-                                      kk > 0);
+            GemmDq::template ss<1, 1>(dq, desc_at(a, kk * 16 * Tr::kRowBytes), desc_at(b, kk * 16 * Tr::kRowBytes), kk > 0);
         wgmma_commit();
     }
 
@@ -325,6 +325,9 @@ struct Bwd256Consumer {
     // Registers peak as before at dQ: dV 128 + dQ 64 + the next P^T 16 (S^T's 32 are dead by then).
     template <bool kMask>
     __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, bool has_next) {
+        // i through a lane-0 shuffle: the compiler then knows it is warp-uniform and keeps stage, buffer and every
+        // descriptor built from them in uniform registers (HGMMA reads its descriptors there: no R2UR a wgmma).
+        i = __shfl_sync(0xffffffffu, i, 0);
         const int stage = i % Tr::kStages, buffer = i & 1;
         const uint32_t q_stage = smem_addr(sm.q) + stage * Tr::kQBytes, do_stage = smem_addr(sm.dout) + stage * Tr::kQBytes;
         if (kRole == 1 || !kPAhead) mbar_wait(smem_addr(sm.q_full + stage), (i / Tr::kStages) & 1);
