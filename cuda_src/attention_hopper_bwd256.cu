@@ -27,6 +27,7 @@
 // conversion, and for GQA the dK, dV sums over a group.
 #include "attention_band.cuh"
 #include "attention_bwd_common.cuh"
+#include "hopper_bwd256_dq.cuh"
 #include "hopper_primitives.cuh"
 #include "softmax.cuh"   // fast_exp2
 
@@ -192,15 +193,17 @@ struct Bwd256Consumer {
     }
 
     // sc = A B^T over d: A = K or V (the block's 64 keys), B = the stage's Q or dO, both K-major; step kk
-    // reads columns 16 kk .. of panel kk / 4.
+    // reads columns 16 kk .. of panel kk / 4. Each GEMM builds its two descriptors once and steps them by
+    // constants (desc_at; smem_desc's mask, shift and or on each step's address were ~14 instructions a wgmma).
     __device__ __forceinline__ void issue_over_d(uint32_t a_base, uint32_t b_base) {
+        const uint64_t a = smem_desc(a_base, 16, Tr::kAtomBytes), b = smem_desc(b_base, 16, Tr::kAtomBytes);
         fence_regs(sc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsD; ++kk) {
             const int panel = kk / 4, in_panel = (kk % 4) * 32;
-            GemmTile::ss(sc, smem_desc(a_base + panel * Tr::kKVPanelBytes + in_panel, 16, Tr::kAtomBytes),
-                         smem_desc(b_base + panel * Tr::kQPanelBytes + in_panel, 16, Tr::kAtomBytes), kk > 0);
+            GemmTile::ss(sc, desc_at(a, panel * Tr::kKVPanelBytes + in_panel), desc_at(b, panel * Tr::kQPanelBytes + in_panel),
+                         kk > 0);
         }
         wgmma_commit();
     }
@@ -208,27 +211,25 @@ struct Bwd256Consumer {
     // acc += A B over the tile's queries: A (P^T or dS^T) from registers, B (dO or Q) MN-major, LBO the
     // step from one 64-column panel of d to the next.
     __device__ __forceinline__ void issue_head(uint32_t (&a)[Tr::kKStepsM][4], uint32_t b_base) {
+        const uint64_t b = smem_desc(b_base, Tr::kQPanelBytes, Tr::kAtomBytes);
         fence_regs(acc);
         fence_regs(a);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Tr::kKStepsM; ++kk)
-            GemmHead::rs(acc, a[kk], smem_desc(b_base + kk * 16 * Tr::kRowBytes, Tr::kQPanelBytes, Tr::kAtomBytes));
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk) GemmHead::rs(acc, a[kk], desc_at(b, kk * 16 * Tr::kRowBytes));
         wgmma_commit();
     }
 
     // dQ[:, 128 kRole ..] = dS K over the block's keys: A = dS^T read MN-major (transposed), B = K panels
     // 2 kRole, 2 kRole + 1 MN-major.
     __device__ __forceinline__ void issue_dq(int buffer) {
-        const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes;
-        const uint32_t k_base = smem_addr(sm.k) + 2 * kRole * Tr::kKVPanelBytes;
+        const uint64_t a = smem_desc(smem_addr(sm.ds) + buffer * Tr::kDsBytes, Tr::kDsBytes, Tr::kAtomBytes);
+        const uint64_t b = smem_desc(smem_addr(sm.k) + 2 * kRole * Tr::kKVPanelBytes, Tr::kKVPanelBytes, Tr::kAtomBytes);
         fence_regs(dq);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsN; ++kk)
-            GemmDq::template ss<1, 1>(dq, smem_desc(ds_base + kk * 16 * Tr::kRowBytes, Tr::kDsBytes, Tr::kAtomBytes),
-                                      smem_desc(k_base + kk * 16 * Tr::kRowBytes, Tr::kKVPanelBytes, Tr::kAtomBytes),
-                                      kk > 0);
+            GemmDq::template ss<1, 1>(dq, desc_at(a, kk * 16 * Tr::kRowBytes), desc_at(b, kk * 16 * Tr::kRowBytes), kk > 0);
         wgmma_commit();
     }
 
@@ -245,13 +246,13 @@ struct Bwd256Consumer {
     // gets dS * 0 from them); query rows past seqlen_q have LSE = +inf (P = 0).
     template <bool kMask>
     __device__ __forceinline__ void compute_p(int stage, int n0, int m0, Band band) {
-        const float *lse = sm.lse + stage * Tr::kBlockM;
+        const uint32_t lse = smem_addr(sm.lse + stage * Tr::kBlockM);   // LDS by shared address (no 64-bit math)
         const int key0 = n0 + warp * 16 + lane / 4;
         const int first = key0 - band.hi - m0;   // this lane's key row sees queries >= first (relative)
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTilesM; ++nt) {
             const int col = nt * 8 + 2 * (lane % 4);
-            const float2 l = *reinterpret_cast<const float2 *>(lse + col);
+            const float2 l = lds_float2(lse + col * 4);
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 float x = tiles(sc)[nt][c];
@@ -264,10 +265,10 @@ struct Bwd256Consumer {
 
     // dS^T = P^T o (dP^T - D[query]), with P^T as rounded for dV (the gradient of the P that dV used).
     __device__ __forceinline__ void compute_ds(int stage) {
-        const float *delta = sm.delta + stage * Tr::kBlockM;
+        const uint32_t delta = smem_addr(sm.delta + stage * Tr::kBlockM) + (2 * (lane % 4)) * 4;
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTilesM; ++nt) {
-            const float2 d = *reinterpret_cast<const float2 *>(delta + nt * 8 + 2 * (lane % 4));
+            const float2 d = lds_float2(delta + nt * 8 * 4);
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);
@@ -279,33 +280,33 @@ struct Bwd256Consumer {
     }
 
     // P^T in fragment order: k-step kk of thread t at (kk * 128 + t) * 16 bytes (a warp's 32 lanes write
-    // 512 contiguous bytes: no bank conflict); the dS warpgroup's thread t reads it back as its own.
+    // 512 contiguous bytes: no bank conflict); the dS warpgroup's thread t reads it back as its own. STS / LDS
+    // by 32-bit shared address: through a generic pointer each access was ST / LD with 64-bit address math.
     __device__ __forceinline__ void store_p(int buffer) {
-        uint4 *dst = reinterpret_cast<uint4 *>(sm.p + buffer * Tr::kPBytes) + tid;
+        const uint32_t dst = smem_addr(sm.p) + buffer * Tr::kPBytes + tid * 16;
 #pragma unroll
-        for (int kk = 0; kk < Tr::kKStepsM; ++kk) dst[kk * 128] = make_uint4(rP[kk][0], rP[kk][1], rP[kk][2], rP[kk][3]);
+        for (int kk = 0; kk < Tr::kKStepsM; ++kk) sts_u32x4(dst + kk * 128 * 16, rP[kk][0], rP[kk][1], rP[kk][2], rP[kk][3]);
     }
     __device__ __forceinline__ void load_p(int buffer) {
-        const uint4 *src = reinterpret_cast<const uint4 *>(sm.p + buffer * Tr::kPBytes) + tid;
+        const uint32_t src = smem_addr(sm.p) + buffer * Tr::kPBytes + tid * 16;
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsM; ++kk) {
-            const uint4 w = src[kk * 128];
+            const uint4 w = lds_u32x4(src + kk * 128 * 16);
             rP[kk][0] = w.x, rP[kk][1] = w.y, rP[kk][2] = w.z, rP[kk][3] = w.w;
         }
     }
 
-    // dS^T to shared memory with the 128-byte swizzle: 16-byte chunk c of key row r at c ^ (r % 8). A warp's
-    // 32 word stores hit 32 banks (8 rows x 4 words, chunks all distinct).
+    // dS^T to shared memory with the 128-byte swizzle: 16-byte chunk c of key row r at c ^ (r % 8). k16 step kk
+    // (queries 16 kk ..) is one stmatrix of its four 8 x 8 matrices (rdS[kk][i] is matrix i: rows + 8 (i % 2),
+    // queries + 8 (i / 2)); lane l addresses row l % 8 of matrix l / 8, a whole 16-byte chunk. One STSM a step
+    // instead of four 4-byte generic stores with 64-bit address math; each writes 512 bytes without bank
+    // conflict (the chunks of 8 rows differ). The bytes stored are the same as four word stores' would be.
     __device__ __forceinline__ void store_ds(int buffer) {
-        unsigned char *base = sm.ds + buffer * Tr::kDsBytes;
+        const int m = lane / 8, row = warp * 16 + (m % 2) * 8 + lane % 8;
+        const uint32_t base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + row * Tr::kRowBytes;
 #pragma unroll
         for (int kk = 0; kk < Tr::kKStepsM; ++kk)
-#pragma unroll
-            for (int reg = 0; reg < 4; ++reg) {
-                const int row = warp * 16 + lane / 4 + (reg % 2) * 8, chunk = 2 * kk + reg / 2;
-                *reinterpret_cast<uint32_t *>(base + row * Tr::kRowBytes + ((chunk ^ (row % 8)) << 4) + (lane % 4) * 4) =
-                    rdS[kk][reg];
-            }
+            stmatrix_x4(base + (((2 * kk + m / 2) ^ (row % 8)) << 4), rdS[kk][0], rdS[kk][1], rdS[kk][2], rdS[kk][3]);
     }
 
     // The P warpgroup's S^T and P^T of the tile at m0 (stage, P^T buffer), stored and left in rP for dV.
@@ -325,6 +326,9 @@ struct Bwd256Consumer {
     // Registers peak as before at dQ: dV 128 + dQ 64 + the next P^T 16 (S^T's 32 are dead by then).
     template <bool kMask>
     __device__ __forceinline__ void tile(int i, int m0, int n0, int seqlen_q, float *gDqHead, Band band, bool has_next) {
+        // i through a lane-0 shuffle: the compiler then knows it is warp-uniform and keeps stage, buffer and every
+        // descriptor built from them in uniform registers (HGMMA reads its descriptors there: no R2UR a wgmma).
+        i = __shfl_sync(0xffffffffu, i, 0);
         const int stage = i % Tr::kStages, buffer = i & 1;
         const uint32_t q_stage = smem_addr(sm.q) + stage * Tr::kQBytes, do_stage = smem_addr(sm.dout) + stage * Tr::kQBytes;
         if (kRole == 1 || !kPAhead) mbar_wait(smem_addr(sm.q_full + stage), (i / Tr::kStages) & 1);
@@ -386,7 +390,7 @@ struct Bwd256Consumer {
         }
         fence_regs(dq);
         // This warp's 16 query rows of the warpgroup's 64 x 128 half of dQ (row-major dq_accum).
-        atomic_add_rows(gDqHead + 128 * kRole, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
+        dq_add_rows(gDqHead + 128 * kRole, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
         if constexpr (kRole == 1) {
             wgmma_wait<0>();   // dK done: Q read
             fence_regs(acc);
