@@ -36,6 +36,12 @@ def includes(path: Path, src: Path, seen=None) -> set:
     return seen
 
 
+def flags_for(cu: Path, src: Path, defines) -> list:
+    """The -D flags that name a macro cu or one of its project headers mentions (the rest cannot change it)."""
+    text = cu.read_text() + "".join(h.read_text() for h in includes(cu, src))
+    return [d for d in defines if d[2:].split("=")[0] in text]
+
+
 def unpack(root: Path) -> int:
     packed = sorted(root.rglob("*.so.xz"))
     for path in packed:
@@ -67,8 +73,7 @@ def main() -> int:
 
     def compile_one(cu: Path) -> Path:
         headers = sorted(includes(cu, src))
-        text = cu.read_text() + "".join(h.read_text() for h in headers)
-        flags = [d for d in args.defines if d[2:].split("=")[0] in text]   # only macros this file can see
+        flags = flags_for(cu, src, args.defines)
         key = hashlib.sha256(cu.read_bytes())
         for h in headers:
             key.update(h.name.encode() + h.read_bytes())
