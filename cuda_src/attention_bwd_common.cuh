@@ -320,21 +320,33 @@ __device__ __forceinline__ void store_rows(T *gHead, int64_t row_stride, int row
 // boundary. sm_90 has 16-byte float atomics: lanes t and t ^ 1 of a quad swap one row half's pair,
 // so the even lane adds 4 consecutive floats of row lane / 4 and the odd lane 4 of row lane / 4 + 8
 // (a quarter of the atomic instructions of one add per float); sm_80 adds float by float.
+// On sm_90 each add is red_add_v4_if, the row address and its test made once for all kNTiles adds: through
+// `if (row < n_rows) atomicAdd(float4 *)` ptxas rebuilt the 64-bit row address for every add and made the float4
+// by conditional moves (22 instructions an add against 13; the d = 256 backward's 16 adds a tile, session d256o.2).
+#if __CUDA_ARCH__ >= 900
+// red.global.add.v4.f32 at addr where pred holds: what atomicAdd(float4 *) compiles to (relaxed, gpu scope, round
+// to nearest: REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU), under a PTX predicate (ptxas still makes it a branch around the
+// add, but over the add and its four selects only).
+__device__ __forceinline__ void red_add_v4_if(const float *addr, float x, float y, float z, float w, bool pred) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n@p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n"
+                 ::"l"(addr), "f"(x), "f"(y), "f"(z), "f"(w), "r"(static_cast<int>(pred)) : "memory");
+}
+#endif
 template <int kNTiles>
 __device__ __forceinline__ void atomic_add_rows(float *gHead, int row_stride, int row0, int n_rows,
                                                 const float (&acc)[kNTiles][4], int lane) {
 #if __CUDA_ARCH__ >= 900
     const bool even = lane % 2 == 0;
     const int row = row0 + lane / 4 + (even ? 0 : 8);
-    float *gRow = gHead + static_cast<int64_t>(row) * row_stride + (lane % 4 - (even ? 0 : 1)) * 2;
+    const float *gRow = gHead + static_cast<int64_t>(row) * row_stride + (lane % 4 - (even ? 0 : 1)) * 2;
+    const bool in = row < n_rows;
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
         // even lanes give away their row-(g+8) pair, odd lanes their row-g pair
         const float give0 = even ? acc[nt][2] : acc[nt][0], give1 = even ? acc[nt][3] : acc[nt][1];
         const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-        const float4 sum = even ? make_float4(acc[nt][0], acc[nt][1], got0, got1)
-                                : make_float4(got0, got1, acc[nt][2], acc[nt][3]);
-        if (row < n_rows) atomicAdd(reinterpret_cast<float4 *>(gRow + nt * 8), sum);
+        red_add_v4_if(gRow + nt * 8, even ? acc[nt][0] : got0, even ? acc[nt][1] : got1, even ? got0 : acc[nt][2],
+                      even ? got1 : acc[nt][3], in);
     }
 #else
 #pragma unroll

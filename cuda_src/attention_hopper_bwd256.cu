@@ -27,7 +27,6 @@
 // conversion, and for GQA the dK, dV sums over a group.
 #include "attention_band.cuh"
 #include "attention_bwd_common.cuh"
-#include "hopper_bwd256_dq.cuh"
 #include "hopper_primitives.cuh"
 #include "softmax.cuh"   // fast_exp2
 
@@ -390,7 +389,7 @@ struct Bwd256Consumer {
         }
         fence_regs(dq);
         // This warp's 16 query rows of the warpgroup's 64 x 128 half of dQ (row-major dq_accum).
-        dq_add_rows(gDqHead + 128 * kRole, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
+        atomic_add_rows(gDqHead + 128 * kRole, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
         if constexpr (kRole == 1) {
             wgmma_wait<0>();   // dK done: Q read
             fence_regs(acc);

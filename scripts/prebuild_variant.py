@@ -94,7 +94,7 @@ def main() -> int:
     for old in out_dir.glob(f"attention_{arch}_*"):
         old.unlink()
     lib = out_dir / f"attention_{arch}_{cuda_build._source_key(arch, nvcc)}.so"
-    subprocess.run([nvcc, *cuda_build._gencode(arch), "--shared", *map(str, objs), "-o", str(lib)], check=True)
+    cuda_build.link(objs, lib, arch)
     if args.xz:   # the device side: python3 -c "...lzma.decompress..." before the first run
         packed = lib.with_name(lib.name + ".xz")
         packed.write_bytes(lzma.compress(lib.read_bytes(), preset=6))

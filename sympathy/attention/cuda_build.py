@@ -105,6 +105,14 @@ def compile_objects(archs: Sequence[str], outdir: Path, jobs: Optional[int] = No
         return list(pool.map(one, work))
 
 
+def link(objects: Sequence[Path], target: Path, arch: str) -> None:
+    """Link compiled objects into the shared library `target` (`nvcc --shared`); RuntimeError with nvcc's message."""
+    cmd = [find_nvcc(), *_gencode(_check_arch(arch)), "--shared", *map(str, objects), "-o", str(target)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"nvcc failed to link {Path(target).name}:\n{done.stderr.strip()}")
+
+
 def build(arch: str, force: bool = False) -> Path:
     """The shared library of all kernels for one arch, from the cache or freshly compiled."""
     nvcc = find_nvcc()
@@ -119,10 +127,7 @@ def build(arch: str, force: bool = False) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         objects = compile_objects([arch], Path(tmp))
         partial = Path(tmp) / target.name
-        cmd = [nvcc, *_gencode(arch), "--shared", *map(str, objects), "-o", str(partial)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"nvcc failed to link {target.name}:\n{done.stderr.strip()}")
+        link(objects, partial, arch)
         os.replace(partial, target)   # atomic: a concurrent loader sees the old file or the whole new one
     return target
 
