@@ -138,7 +138,8 @@ typedef struct sy_attn_bwd_params {
 int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream);   /* sm_90a: attention_hopper_bwd.cu */
-/* sm_90a, d = 256 only (attention_hopper_bwd256.cu: wgmma and TMA): the mma workspaces (dq_accum (B, Hq, Nq, d));
+/* sm_90a, d = 256 only (attention_hopper_bwd256.cu: wgmma and TMA): the hopper workspaces (dq_accum (B, Hq, Nq rounded
+   up to SY_ATTN_BWD_ROW_ALIGN, d), its layout inside the kernel's own; no counters);
    dense or causal (a window open on the left), GQA; SY_EUNSUPPORTED when deterministic, masked, dropout, varlen. */
 int sy_attn_hopper_bwd256(const sy_attn_bwd_params *params, void *stream);
 /* Test-only: the keep-mask (1 kept, 0 dropped) that the kernels use for dropout_p, dropout_seed and

@@ -3,6 +3,8 @@
 // fp32-workspace -> dtype reduce, and the writers of accumulator tiles.
 #pragma once
 
+#include <utility>   // std::integer_sequence
+
 #include <algorithm>
 
 #include "attention_common.cuh"
@@ -244,9 +246,9 @@ __device__ __forceinline__ void store_pair<float>(float *dst, float lo, float hi
     *reinterpret_cast<float2 *>(dst) = make_float2(lo, hi);
 }
 
-// dQ from the hopper backward's tile-major dq_accum (SY_HOPPER_BWD_DQ_TMA): per head rows_per_head / kBlockM
-// tiles (kBlockM = 64 at d = 128, 128 at d = 64), each two 64 x 64 shares (d = 128: columns 64 w..; d = 64:
-// rows 64 w..), a share 8 x 128 float4 in the accumulator's order: float4 nt * 128 + t holds thread t's
+// dQ from the hopper backwards' tile-major dq_accum (SY_HOPPER_BWD_DQ_TMA, and the d = 256 kernel's atomics): per
+// head rows_per_head / kBlockM tiles (kBlockM = 64 at d = 128 and 256, 128 at d = 64), each d / 64 shares of 64 x 64
+// (columns 64 w..; d = 64: two, rows 64 w..), a share 8 x 128 float4 in the accumulator's order: float4 nt * 128 + t holds thread t's
 // n8 tile nt, i.e. columns 8 nt + 2 (t % 4) + {0, 1} of rows 16 (t / 32) + (t % 32) / 4 (+ 8).
 // A memory-bound pass (reads 4 bytes, writes 2 a value) that must stay under the SM's issue rate: grid (chunks
 // of a head, heads, batch), so every index below divides by a power of 2 (one thread a float4 with the head
@@ -258,10 +260,11 @@ __global__ void __launch_bounds__(kReduceThreads)
 dq_tiled_convert_kernel(const float *src, T *dst, int64_t s0, int64_t s1, int64_t s2, int batch, int heads,
                         int seqlen_q, int rows_per_head, float scale) {
     constexpr int kShare4 = 64 * 64 / 4, kPairs = kShare4 / 2, kBlockM = kHeadDim == 64 ? 128 : 64;
+    constexpr unsigned kShares = kHeadDim == 64 ? 2 : kHeadDim / 64;   // a tile's shares
     // Unsigned: the divisions by powers of 2 are single shifts and masks.
     const unsigned pair = blockIdx.x * kReduceThreads + threadIdx.x;   // launch: a head's pairs are whole blocks
     const unsigned share = pair / kPairs, q = (pair % kPairs) / 128, t = pair % 128;
-    const int tile = share / 2, w = share % 2;
+    const int tile = share / kShares, w = share % kShares;
     const int r = 16 * (t / 32) + (t % 32) / 4, c = 16 * q + 2 * (t % 4);
     const int row = tile * kBlockM + (kHeadDim == 64 ? 64 * w : 0) + r, col = (kHeadDim == 64 ? 0 : 64 * w) + c;
     // (h, b) from the grid; past the grid's 65535 a dimension the blocks take further heads / batches in turn.
@@ -292,7 +295,9 @@ int launch_dq_tiled_convert(const float *src, void *dst, const int64_t strides[3
     const int64_t pairs = static_cast<int64_t>(rows_per_head) * head_dim / 8;
     const dim3 grid(static_cast<unsigned>(pairs / kReduceThreads), heads < 65535 ? heads : 65535,
                     batch < 65535 ? batch : 65535);
-    auto kernel = head_dim == 64 ? dq_tiled_convert_kernel<T, 64> : dq_tiled_convert_kernel<T, 128>;
+    auto kernel = head_dim == 64    ? dq_tiled_convert_kernel<T, 64>
+                  : head_dim == 128 ? dq_tiled_convert_kernel<T, 128>
+                                    : dq_tiled_convert_kernel<T, 256>;
     kernel<<<grid, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), strides[0], strides[1], strides[2], batch,
                                                 heads, seqlen_q, rows_per_head, scale);
     return launch_status();
@@ -330,6 +335,29 @@ __device__ __forceinline__ void store_rows(T *gHead, int64_t row_stride, int row
 __device__ __forceinline__ void red_add_v4_if(const float *addr, float x, float y, float z, float w, bool pred) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n@p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n"
                  ::"l"(addr), "f"(x), "f"(y), "f"(z), "f"(w), "r"(static_cast<int>(pred)) : "memory");
+}
+
+// Add one warpgroup's m64 x (kNTiles * 8) wgmma accumulator (t = its thread, 0..127) to a tile-major dq_accum in
+// the registers' order: n8 tile nt of thread t is float4 nt * 128 + t, the layout dq_tiled_convert_kernel reads.
+// A warp's add is 512 contiguous bytes, four whole 128-byte lines, so L2 receives whole 32-byte sectors (a
+// row-major add gives each sector two 16-byte halves from two lanes, after a shuffle to pair them: the d = 256
+// backward's profile had L2 at 81 % and half its warps' stall samples on those shuffles and selects). Tiles are
+// whole in a tile-major workspace (rows past seqlen_q are the head's padding), so no add needs a row test.
+// red.global.add.v4.f32 at base + kOffset bytes, the offset in the instruction's immediate.
+template <int kOffset>
+__device__ __forceinline__ void red_add_v4_at(const float *base, const float (&v)[4]) {
+    asm volatile("red.global.add.v4.f32 [%0+%5], {%1, %2, %3, %4};\n" ::"l"(base), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]),
+                 "n"(kOffset) : "memory");
+}
+template <int kNTiles, int... kNt>
+__device__ __forceinline__ void atomic_add_tiled(const float *base, const float (&acc)[kNTiles][4],
+                                                 std::integer_sequence<int, kNt...>) {
+    (red_add_v4_at<kNt * 128 * 16>(base, acc[kNt]), ...);
+}
+// One base address and immediate offsets: with an address operand per add, ptxas built a 64-bit address for each.
+template <int kNTiles>
+__device__ __forceinline__ void atomic_add_tiled(float *gShare, const float (&acc)[kNTiles][4], int t) {
+    atomic_add_tiled(gShare + t * 4, acc, std::make_integer_sequence<int, kNTiles>{});
 }
 #endif
 template <int kNTiles>

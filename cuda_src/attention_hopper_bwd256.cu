@@ -22,7 +22,8 @@
 //
 // Shared memory: K, V 32 KiB each, Q and dO two stages of 32 KiB each, P^T and dS^T two buffers of 8 KiB
 // each (a warpgroup may write tile i+1's while the other still reads tile i's), LSE and D: 226.3 KiB of
-// the 227. dQ by red.global.add.v4 (as FlashAttention-3 at d = 256: dQ's 64 KiB of fp32 shares do not fit).
+// the 227. dQ by red.global.add.v4 (as FlashAttention-3 at d = 256: dQ's 64 KiB of fp32 shares do not fit), into
+// a tile-major dq_accum in the registers' order (SY_HOPPER_BWD256_DQ_TILED below).
 // Kernels per call: the preprocess (D, the log2 LSE; attention_bwd_common.cuh), this one, the dQ
 // conversion, and for GQA the dK, dV sums over a group.
 #include "attention_band.cuh"
@@ -43,6 +44,12 @@
 #endif
 #ifndef SY_HOPPER_BWD256_LPT
 #define SY_HOPPER_BWD256_LPT 1
+#endif
+// DQ_TILED: dq_accum tile-major in the accumulators' order (atomic_add_tiled: each warp's add is 512 contiguous
+// bytes of whole sectors, no shuffles), read back by dq_tiled_convert_kernel; 0: row-major (atomic_add_rows, two
+// 16-byte halves of a sector from two lanes), the previous version, for same-run comparisons.
+#ifndef SY_HOPPER_BWD256_DQ_TILED
+#define SY_HOPPER_BWD256_DQ_TILED 1
 #endif
 
 namespace sy_attn {
@@ -388,8 +395,13 @@ struct Bwd256Consumer {
             wgmma_wait<1>();                           // dQ done; dK may still run
         }
         fence_regs(dq);
-        // This warp's 16 query rows of the warpgroup's 64 x 128 half of dQ (row-major dq_accum).
-        atomic_add_rows(gDqHead + 128 * kRole, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
+        if constexpr (SY_HOPPER_BWD256_DQ_TILED) {
+            // The warpgroup's 64 x 128 half of the tile's dQ: shares 2 kRole, 2 kRole + 1 of the tile's four.
+            atomic_add_tiled(gDqHead + static_cast<int64_t>(m0) * Tr::kHeadDim + kRole * Tr::kBlockM * 128, tiles(dq), tid);
+        } else {
+            // This warp's 16 query rows of the warpgroup's 64 x 128 half of dQ (row-major dq_accum).
+            atomic_add_rows(gDqHead + 128 * kRole, Tr::kHeadDim, m0 + warp * 16, seqlen_q, tiles(dq), lane);
+        }
         if constexpr (kRole == 1) {
             wgmma_wait<0>();   // dK done: Q read
             fence_regs(acc);
@@ -413,8 +425,9 @@ struct Bwd256Consumer {
         }
     }
 
-    __device__ void run(const sy_attn_bwd_params &p, int n0, int h, int b, Band band) {
-        float *gDqHead = p.dq_accum + bwd_row_index(p, b, h, 0, p.seqlen_q) * Tr::kHeadDim;
+    __device__ void run(const sy_attn_bwd_params &p, int rows_per_head, int n0, int h, int b, Band band) {
+        const int dq_rows = SY_HOPPER_BWD256_DQ_TILED ? rows_per_head : p.seqlen_q;   // dq_accum's rows a head
+        float *gDqHead = p.dq_accum + bwd_row_index(p, b, h, 0, dq_rows) * Tr::kHeadDim;
         const BlockRange tiles = query_tiles256<kBand>(n0, p.seqlen_q, p.seqlen_k, band);
         constexpr bool kAhead = kRole == 0 && kPAhead;   // this warpgroup's P^T one tile ahead
         if (kAhead && tiles.begin < tiles.end) {               // the first tile's P^T (stage 0, lap 0, buffer 0)
@@ -477,10 +490,10 @@ hopper_bwd256_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_cons
         mbar_wait(smem_addr(sm.kv_full), 0);   // also when no tile follows: no copy may outlive the block
         if (warpgroup == 1) {
             Bwd256Consumer<T, kBand, 0> consumer(sm, p.scale);
-            consumer.run(p, n0, h, b, band);
+            consumer.run(p, rows_per_head, n0, h, b, band);
         } else {
             Bwd256Consumer<T, kBand, 1> consumer(sm, p.scale);
-            consumer.run(p, n0, h, b, band);
+            consumer.run(p, rows_per_head, n0, h, b, band);
         }
     }
 #endif
@@ -506,14 +519,17 @@ int launch256(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStr
         status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, p.batch, p.v_strides, Tr::kBlockN);
     if (status != kOk) return status;
 
-    // D, the log2 LSE and dq_accum's zeros (row-major (B, Hq, Nq, d)) in one pass where O and dO rows are
-    // 16-byte aligned (32 lanes a row, 16 bytes each); else the warp-per-row preprocess and a memset.
-    const size_t dq_bytes = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * Tr::kHeadDim * sizeof(float);
+    // D, the log2 LSE and dq_accum's zeros (tile-major over rows_per_head rows a head, attention_api.h; row-major
+    // (B, Hq, Nq, d) without DQ_TILED) in one pass where O and dO rows are 16-byte aligned (32 lanes a row, 16
+    // bytes each); else the warp-per-row preprocess and a memset.
+    constexpr bool kTiled = SY_HOPPER_BWD256_DQ_TILED != 0;
+    const size_t dq_bytes = static_cast<size_t>(p.batch) * p.heads_q * (kTiled ? rows_per_head : p.seqlen_q) *
+                            Tr::kHeadDim * sizeof(float);
     if (rows_aligned16(p.o, p.o_strides, false) && rows_aligned16(p.dout, p.dout_strides, false)) {
         constexpr int kRowsPerBlock = kPreprocessThreads / (Tr::kHeadDim / 8);
         static_assert(SY_ATTN_BWD_ROW_ALIGN % kRowsPerBlock == 0, "whole row groups per block");
         dim3 grid(ceil_div(rows_per_head, kRowsPerBlock), p.heads_q, p.batch);
-        preprocess_vec_kernel<T, Tr::kHeadDim><<<grid, kPreprocessThreads, 0, stream>>>(p, rows_per_head, false);
+        preprocess_vec_kernel<T, Tr::kHeadDim><<<grid, kPreprocessThreads, 0, stream>>>(p, rows_per_head, kTiled);
         status = launch_status();
     } else {
         if ((err = cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream)) != cudaSuccess) return static_cast<int>(err);
@@ -530,9 +546,13 @@ int launch256(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStr
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band, heads_first);
     if ((status = launch_status()) != kOk) return status;
 
-    // dQ = scale * dq_accum: 8 elements a thread where dq's rows are 16-byte aligned, else the generic reduce.
+    // dQ = scale * dq_accum: from the tiles; row-major, 8 elements a thread where dq's rows are 16-byte aligned,
+    // else the generic reduce.
     const int64_t total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * (Tr::kHeadDim / 8);
-    if (rows_aligned16(p.dq, p.dq_strides, false) && total < (int64_t(1) << 31)) {
+    if (kTiled) {
+        status = launch_dq_tiled_convert<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q, rows_per_head,
+                                            Tr::kHeadDim, p.scale, stream);
+    } else if (rows_aligned16(p.dq, p.dq_strides, false) && total < (int64_t(1) << 31)) {
         const int blocks = static_cast<int>((total + kReduceThreads - 1) / kReduceThreads);
         dq_convert_kernel<T, Tr::kHeadDim><<<blocks, kReduceThreads, 0, stream>>>(
             p.dq_accum, static_cast<T *>(p.dq), p.dq_strides[0], p.dq_strides[1], p.dq_strides[2], p.heads_q, p.seqlen_q,

@@ -71,8 +71,9 @@ def _d256_fused_backward(dtype, capability, attn_mask, window, dropout) -> bool:
 # `deterministic` says (and need no dq_accum).
 SEPARATE_DQ_MAX_KEYS = 2048
 # d = 256 on wgmma (attention_hopper_bwd256.cu: two warpgroups splitting the five GEMMs by gradient, dQ by
-# atomics) after a `hopper` forward, where _d256_fused_backward holds and the call is not deterministic:
-# measured 1.02-1.38x the mma backward fwd+bwd (0.94-1.02x at N = 1024 causal, within that cell's spread).
+# atomics into a tile-major dq_accum) after a `hopper` forward, where _d256_fused_backward holds and the call is
+# not deterministic: measured 1.02-1.38x the mma backward fwd+bwd (0.94-1.02x at N = 1024 causal, within that
+# cell's spread) before its dQ adds went tile-major (+29-36 % more, docs/notes-attention-bwd.md, 2026-11-28d).
 # Deterministic calls keep the mma backward's separate dQ pass: the wgmma kernel with dQ added in a fixed
 # key-block order measured 0.68-0.84x of it (docs/notes-attention-bwd.md, session d256w21). False: the mma
 # backward everywhere (for same-run comparisons, scripts/bwd256_device.py).
@@ -391,7 +392,7 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
                                           and Nk <= SEPARATE_DQ_MAX_KEYS)
         rows = -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
-        if hopper:   # whole query tiles (tile-major), then the deterministic mode's per-tile counters
+        if hopper or hopper256:   # whole query tiles (tile-major), then the deterministic mode's per-tile counters
             dq_accum = torch.empty(B * Hq * rows * d + (B * Hq * rows // 64 if deterministic else 0), **f32)
         else:
             dq_accum = None if deterministic else torch.empty((B, Hq, Nq, d), **f32)
