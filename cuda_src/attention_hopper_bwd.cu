@@ -17,7 +17,8 @@
 // dQ: each warpgroup multiplies all 128 keys of dS into a 64 x 64 fp32 share of the tile's dQ (both
 // warpgroups' dS^T in shared memory: one named barrier per tile), stores it to shared memory, and a
 // warp of the producer warpgroup adds it to dq_accum with one bulk reduce-add (hopper_bwd_pipeline.cuh);
-// varlen calls and fp16 at d = 64 add it with red.global.add.v4 atomics instead (SY_HOPPER_BWD_DQ_TMA).
+// fp16 at d = 64 adds it from the registers with red.global.add.v4 into the same tile-major layout, varlen calls
+// row by row (SY_HOPPER_BWD_DQ_TMA).
 // Each element of dQ is added once per query tile and key block (128 keys). Kernels per call: preprocess
 // (D, the log2 LSE and dq_accum's zeros; attention_bwd_common.cuh), this one, then the dQ conversion
 // (dq_accum * scale -> dq) and, for GQA, the dK, dV sums over a group.
@@ -352,6 +353,11 @@ struct BwdConsumer {
                 sts_float4(share + nt * 128 * 16, tiles(dq)[nt][0], tiles(dq)[nt][1], tiles(dq)[nt][2], tiles(dq)[nt][3]);
             fence_proxy_async_shared();
             named_bar_arrive(kBarDqFull + wg, kDqBarThreads);
+        } else if constexpr (Tr::kDqTiledAdds && !kVarlen) {
+            // The share straight from the registers into the tile-major dq_accum (whole lines a warp; gDqHead is
+            // then the head's tile-major base).
+            atomic_add_tiled(gDqHead + static_cast<int64_t>(m0) * Tr::kHeadDim + wg * Tr::kDqShareFloats, tiles(dq),
+                             threadIdx.x % 128);
         } else {
             // This warp's 16 rows of the warpgroup's 64 x 64 share.
             const int row0 = m0 + (Tr::kDqSplitColumns ? 0 : wg * 64) + warp * 16;
@@ -455,9 +461,11 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         // The range is computed after setmaxnreg, in each role (live across it, it cost the d = 64
         // consumers 16-24 bytes of spill).
         const Sequence seq = sequence_of<kMode>(p, b, band);
-        // dq_accum: (B, Hq, Nq, d), varlen (Hq, total_q, d) from the sequence's first row.
+        // dq_accum: (B, Hq, Nq, d), varlen (Hq, total_q, d) from the sequence's first row; tile-major (B, Hq,
+        // rows_per_head, d) for the tiled adds.
         float *gDqHead = p.dq_accum + ((kMode & kVarlenFlag) != 0 ? int64_t(h) * p.seqlen_q + seq.q_row0
-                                                                   : bwd_row_index(p, b, h, 0, p.seqlen_q)) * Tr::kHeadDim;
+                                       : bwd_row_index(p, b, h, 0, Tr::kDqTiledAdds ? rows_per_head : p.seqlen_q)) *
+                                          Tr::kHeadDim;
         const int *list = mask_list<kMode>(p, b, h, n_block);
         const BlockRange queries = query_tiles<Tr, kMode>(n0, seq.len_q, seq.len_k, seq.band, list);
         // Varlen: a block holding the sequence's last, ragged keys masks every tile (the keys after them
@@ -529,7 +537,7 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     // dropout not (launch_head_dim).
     if (p.mask_lists && (p.cu_seqlens_q || p.deterministic)) return kUnsupported;
     // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
-    if (p.deterministic && (!SY_HOPPER_BWD_DQ_TMA || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
+    if (p.deterministic && (SY_HOPPER_BWD_DQ_TMA != 1 || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
                             (p.dropout_p != 0.f && !SY_HOPPER_BWD_DROPOUT_TMA)))
         return kUnsupported;
     if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;

@@ -22,9 +22,11 @@
 // dq_accum with one 16 KiB bulk reduce-add (the copy engine), so the consumers issue no atomics. dq_accum
 // is then tile-major (a share's 4096 floats contiguous in the registers' order) and read back by
 // dq_tiled_convert_kernel. Measured 1.04-1.18x the atomics (docs/notes-attention-bwd.md, session b1).
-// Varlen calls and the fp16 d = 64 kernels keep the atomics (red.global.add.v4 from the consumers): at
-// d = 64 the shares leave room for two query-tile stages only, and the fp16 causal and local kernels
-// then spilled 16 bytes. 0: the atomics everywhere (for same-run comparisons).
+// The fp16 d = 64 kernels add dQ from the consumers (red.global.add.v4) into the same tile-major dq_accum
+// (atomic_add_tiled: a warp's add is 512 contiguous bytes, no shuffles): at d = 64 the shares leave room for two
+// query-tile stages only, and the fp16 causal and local kernels then spilled 16 bytes. Varlen calls add
+// row-major (atomic_add_rows). 0: the row-major atomics everywhere, 2: the tile-major adds everywhere but varlen
+// (no shares in shared memory; deterministic calls refused); both for same-run comparisons.
 #ifndef SY_HOPPER_BWD_DQ_TMA
 #define SY_HOPPER_BWD_DQ_TMA 1
 #endif

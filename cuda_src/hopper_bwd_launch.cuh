@@ -26,7 +26,7 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     if (status != kOk) return status;
 
     // dQ through shared memory: dq_accum tile-major over rows_per_head rows a head (attention_api.h).
-    constexpr bool kDqTiled = Tr::kDqViaSmem && !kVarlen;
+    constexpr bool kDqTiled = (Tr::kDqViaSmem || Tr::kDqTiledAdds) && !kVarlen;
     const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * (kDqTiled ? rows_per_head : p.seqlen_q) *
                             Tr::kHeadDim * sizeof(float);
     if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk) return status;
@@ -84,13 +84,14 @@ template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     const int rows_per_head = ceil_div(p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) *
                               SY_ATTN_BWD_ROW_ALIGN;
-    // dQ through shared memory except fp16 at d = 64 (SY_HOPPER_BWD_DQ_TMA says why).
-    constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA != 0 && !std::is_same<T, __half>::value;
-    using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64>;
-    using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA != 0>;
+    // dQ through shared memory except fp16 at d = 64 (SY_HOPPER_BWD_DQ_TMA says why), which adds tile-major.
+    constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA == 1 && !std::is_same<T, __half>::value;
+    using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64,
+                                      SY_HOPPER_BWD_DQ_TMA != 0 && !kTmaD64>;
+    using TraitsD128 = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, SY_HOPPER_BWD_DQ_TMA == 1, SY_HOPPER_BWD_DQ_TMA == 2>;
     // Dropout: d = 128 with dQ through shared memory (SY_HOPPER_BWD_DROPOUT_TMA), so deterministic calls are
-    // served too; d = 64 with TraitsD64 (bf16 dQ through shared memory, deterministic too; fp16 the atomics,
-    // refused deterministic as without dropout; tile says how its 128-query tile fits).
+    // served too; d = 64 with TraitsD64 (bf16 dQ through shared memory, deterministic too; fp16 the tile-major
+    // atomics, refused deterministic as without dropout; tile says how its 128-query tile fits).
     // attn_mask tile by tile (kBandMask): the key-major lists of this kernel's (kBlockM, kBlockN) tiles, with
     // the launch's band (its classes in the lists, its test in partial tiles); no varlen or deterministic
     // order (sy_attn_hopper_bwd refuses them).

@@ -25,7 +25,7 @@ constexpr int kDropoutFlag = 8;
 // thread, d = 128: dV, dK 64 fp32 each, S^T, dP^T 32 each, P^T, dS^T 16 b32 each, dQ 32; d = 64: dV,
 // dK 32, S^T, dP^T 64, P^T, dS^T 32, dQ 32. setmaxnreg gives 240; ptxas -v: no spill. Against 64-query
 // tiles at d = 64 the 128-query ones measured 1.1-1.2x (half the tiles, barriers and dQ adds per key).
-template <int kHeadDim_, int kStages_, bool kDqViaSmem_>
+template <int kHeadDim_, int kStages_, bool kDqViaSmem_, bool kDqTiledAdds_ = false>
 struct HopperBwdTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kConsumerWGs = 2;
@@ -49,6 +49,9 @@ struct HopperBwdTraits {
     static constexpr bool kDqSplitColumns = kHeadDim == 128;
     static constexpr int kDqKSteps = kBlockN / 16;
     static constexpr bool kDqViaSmem = kDqViaSmem_;   // SY_HOPPER_BWD_DQ_TMA
+    // Else (not varlen) the consumers' atomics into the tile-major dq_accum (atomic_add_tiled), or row-major ones.
+    static constexpr bool kDqTiledAdds = kDqTiledAdds_;
+    static_assert(!(kDqViaSmem && kDqTiledAdds), "one way for dQ");
     static constexpr int kDqShareFloats = 64 * 64;                    // = kBlockM * kHeadDim / kConsumerWGs
     static constexpr int kDqSmemBytes = kDqViaSmem ? kConsumerWGs * kDqShareFloats * 4 : 0;
 

@@ -3,7 +3,7 @@ attention_hopper_bwd.cu after a `hopper` forward): correctness against float64 a
 variant, bit-identical deterministic mode, then forward+backward TFLOP/s beside torch SDPA flash and
 cudnn (bf16, B*N = 16384, H*d = 2048, the anchors' shapes).
 
-    python3 scripts/bwd_device.py [--sizes 1024 4096] [--skip-check] [--sweep] [--out DIR]
+    python3 scripts/bwd_device.py [--sizes 1024 4096] [--dims 64 128] [--dtype bf16|fp16] [--skip-check] [--sweep] [--out DIR]
     python3 scripts/bwd_device.py --table attention-gpu.json    # fwd+bwd rows of a bench run, markdown
 
 --sweep also builds one library per dkdv tile variant (SY_MMA_BWD_DKDV_TRAITS_D*) and times the
@@ -165,16 +165,16 @@ def measure_step(step, fwd, flops):
     return 3.5 * flops / t_fb / 1e9, 2.5 * flops / (t_fb - t_f) / 1e9, extra
 
 
-def timing(sizes, log, ours, variants=None, fa4=None):
+def timing(sizes, log, ours, variants=None, fa4=None, dims=(64, 128), dtype=torch.bfloat16):
     """variants: {"hopper-NAME": lib}, timed as `hopper` with that library's backward."""
     variants = variants or {}
     arch = cuda.device_arch()
     main_lib = cuda.library(arch)[1]
     rows = []
-    for d in (64, 128):
+    for d in dims:
         for n in sizes:
             B, H = max(1, 16384 // n), max(1, 2048 // d)
-            q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=dtype) for _ in range(3))
             leaves = [t.requires_grad_() for t in (q, k, v)]
             dout = torch.randn_like(q)
             bnhd = [fa4_anchor.to_bnhd(t) for t in leaves] if fa4 else None
@@ -360,6 +360,8 @@ def main():
     ap.add_argument("--profile-causal", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="time every cell this many times (tables one after another)")
     ap.add_argument("--fa4", action="store_true", help="time FlashAttention-4 beside (where importable)")
+    ap.add_argument("--dims", type=int, nargs="+", default=[64, 128], choices=[64, 128], help="head dims timed")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"], help="element type timed (the check runs both)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=path/to/attention_hopper_bwd.cu: another version of the hopper backward, timed beside")
     args = ap.parse_args()
@@ -392,7 +394,8 @@ def main():
     if args.fa4:
         fa4, why = fa4_anchor.load()
         print(f"fa4: {fa4_anchor.version()}" if fa4 else f"fa4: not importable ({why}): its rows are skipped", flush=True)
-    tables = [timing(args.sizes, log, ours, variants, fa4) for _ in range(args.repeat)]
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    tables = [timing(args.sizes, log, ours, variants, fa4, args.dims, dtype) for _ in range(args.repeat)]
     for line in sweep_lines + profile_lines:
         print(line)
     for rows in tables:
