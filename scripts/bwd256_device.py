@@ -78,11 +78,13 @@ from sympathy.attention import cuda
 cuda.D256_HOPPER_BWD = sys.argv[1] == "wgmma"
 worst = 0.0
 for dtype in (torch.bfloat16, torch.float16):
-    for nq, nk, hq, hkv, causal, offset in ((333, 517, 4, 2, False, 0), (333, 517, 4, 2, True, 0), (200, 77, 2, 2, True, 0),
-                                            (1, 1, 2, 1, False, 0), (150, 333, 4, 2, True, 183), (1024, 1024, 2, 2, True, 0)):
+    for b, nq, nk, hq, hkv, causal, offset in ((1, 333, 517, 4, 2, False, 0), (1, 333, 517, 4, 2, True, 0),
+                                               (1, 200, 77, 2, 2, True, 0), (1, 1, 1, 2, 1, False, 0),
+                                               (1, 150, 333, 4, 2, True, 183), (1, 1024, 1024, 2, 2, True, 0),
+                                               (3, 130, 200, 4, 2, False, 0), (3, 130, 200, 4, 2, True, 0)):
         gen = torch.Generator(device="cuda").manual_seed(nq + nk)
-        q = torch.randn(1, hq, nq, 256, device="cuda", dtype=dtype, generator=gen)
-        k, v = (torch.randn(1, hkv, nk, 256, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+        q = torch.randn(b, hq, nq, 256, device="cuda", dtype=dtype, generator=gen)
+        k, v = (torch.randn(b, hkv, nk, 256, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
         dout = torch.randn_like(q)
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
 
@@ -101,7 +103,7 @@ for dtype in (torch.bfloat16, torch.float16):
         refs = torch.autograd.grad(p @ vv, ref, dout.double())
         errs = [((g.double() - r).abs().max() / r.abs().max().clamp_min(1e-2)).item() for g, r in zip(grads + det1, refs * 2)]
         worst = max(worst, *errs) if same else float("inf")
-        print(f"{sys.argv[1]} {str(dtype)[6:]} Nq={nq} Nk={nk} H={hq}/{hkv} causal={causal} offset={offset}: "
+        print(f"{sys.argv[1]} {str(dtype)[6:]} B={b} Nq={nq} Nk={nk} H={hq}/{hkv} causal={causal} offset={offset}: "
               "err dq/dk/dv " + " ".join(f"{e:.1e}" for e in errs[:3]) + ", deterministic " +
               " ".join(f"{e:.1e}" for e in errs[3:]) + f", bit-identical twice: {same}", flush=True)
 print(f"{sys.argv[1]} worst {worst:.2e} {'ok' if worst <= 3e-2 else 'FAILED'}")
