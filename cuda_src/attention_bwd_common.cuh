@@ -3,9 +3,8 @@
 // fp32-workspace -> dtype reduce, and the writers of accumulator tiles.
 #pragma once
 
-#include <utility>   // std::integer_sequence
-
 #include <algorithm>
+#include <utility>   // std::integer_sequence
 
 #include "attention_common.cuh"
 #include "mma_primitives.cuh"   // MmaOp<T>::pack
@@ -247,9 +246,10 @@ __device__ __forceinline__ void store_pair<float>(float *dst, float lo, float hi
 }
 
 // dQ from the hopper backwards' tile-major dq_accum (SY_HOPPER_BWD_DQ_TMA, and the d = 256 kernel's atomics): per
-// head rows_per_head / kBlockM tiles (kBlockM = 64 at d = 128 and 256, 128 at d = 64), each d / 64 shares of 64 x 64
-// (columns 64 w..; d = 64: two, rows 64 w..), a share 8 x 128 float4 in the accumulator's order: float4 nt * 128 + t holds thread t's
-// n8 tile nt, i.e. columns 8 nt + 2 (t % 4) + {0, 1} of rows 16 (t / 32) + (t % 32) / 4 (+ 8).
+// head rows_per_head / kBlockM tiles (kBlockM = 64 at d = 128 and 256, 128 at d = 64), each d / 64 shares of
+// 64 x 64 (columns 64 w..; d = 64: two, rows 64 w..), a share 8 x 128 float4 in the accumulator's order: float4
+// nt * 128 + t holds thread t's n8 tile nt, i.e. columns 8 nt + 2 (t % 4) + {0, 1} of rows 16 (t / 32) +
+// (t % 32) / 4 (+ 8).
 // A memory-bound pass (reads 4 bytes, writes 2 a value) that must stay under the SM's issue rate: grid (chunks
 // of a head, heads, batch), so every index below divides by a power of 2 (one thread a float4 with the head
 // and batch divided out at run time was ~100 instructions per 16 bytes: at the HBM rate per SM, about 70 % of
@@ -337,12 +337,6 @@ __device__ __forceinline__ void red_add_v4_if(const float *addr, float x, float 
                  ::"l"(addr), "f"(x), "f"(y), "f"(z), "f"(w), "r"(static_cast<int>(pred)) : "memory");
 }
 
-// Add one warpgroup's m64 x (kNTiles * 8) wgmma accumulator (t = its thread, 0..127) to a tile-major dq_accum in
-// the registers' order: n8 tile nt of thread t is float4 nt * 128 + t, the layout dq_tiled_convert_kernel reads.
-// A warp's add is 512 contiguous bytes, four whole 128-byte lines, so L2 receives whole 32-byte sectors (a
-// row-major add gives each sector two 16-byte halves from two lanes, after a shuffle to pair them: the d = 256
-// backward's profile had L2 at 81 % and half its warps' stall samples on those shuffles and selects). Tiles are
-// whole in a tile-major workspace (rows past seqlen_q are the head's padding), so no add needs a row test.
 // red.global.add.v4.f32 at base + kOffset bytes, the offset in the instruction's immediate.
 template <int kOffset>
 __device__ __forceinline__ void red_add_v4_at(const float *base, const float (&v)[4]) {
@@ -354,7 +348,14 @@ __device__ __forceinline__ void atomic_add_tiled(const float *base, const float 
                                                  std::integer_sequence<int, kNt...>) {
     (red_add_v4_at<kNt * 128 * 16>(base, acc[kNt]), ...);
 }
-// One base address and immediate offsets: with an address operand per add, ptxas built a 64-bit address for each.
+// Add one warpgroup's m64 x (kNTiles * 8) wgmma accumulator (t = its thread, 0..127) to a tile-major dq_accum in
+// the registers' order: n8 tile nt of thread t is float4 nt * 128 + t, the layout dq_tiled_convert_kernel reads.
+// A warp's add is 512 contiguous bytes, four whole 128-byte lines, so L2 receives whole 32-byte sectors (a
+// row-major add gives each sector two 16-byte halves from two lanes, after a shuffle to pair them: the d = 256
+// backward's profile had L2 at 81 % and half its warps' stall samples on those shuffles and selects). Tiles are
+// whole in a tile-major workspace (rows past seqlen_q are the head's padding), so no add needs a row test. One
+// base register and immediate offsets: with an address operand per add, ptxas built a 64-bit address for each
+// (and the d = 256 kernels spilled 12-16 bytes).
 template <int kNTiles>
 __device__ __forceinline__ void atomic_add_tiled(float *gShare, const float (&acc)[kNTiles][4], int t) {
     atomic_add_tiled(gShare + t * 4, acc, std::make_integer_sequence<int, kNTiles>{});
