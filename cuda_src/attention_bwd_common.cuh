@@ -169,24 +169,22 @@ inline bool rows_aligned16(const void *ptr, const int64_t strides[3], bool varle
     return true;
 }
 
-// D, lse_log2 and dq_accum (B, Hq, Nq, d) zeroed (varlen: (Hq, total_q, d)); falls back to the
-// warp-per-row preprocess and a memset where O or dO rows are not 16-byte aligned.
-template <typename T>
+// D, lse_log2 and dq_accum (B, Hq, Nq, d) zeroed (varlen: (Hq, total_q, d); dq_tiled: every one of the
+// rows_per_head rows, dq_bytes in all); falls back to the warp-per-row preprocess and a memset where O or dO
+// rows are not 16-byte aligned. kHeadDim: the caller's (64, 128, 256), so no other width is instantiated.
+template <typename T, int kHeadDim>
 int launch_preprocess_zero_dq(const sy_attn_bwd_params &p, int rows_per_head, size_t dq_bytes, bool dq_tiled,
                               cudaStream_t stream) {
+    constexpr int kRowsPerBlock = kPreprocessThreads / (kHeadDim / 8);
+    static_assert(SY_ATTN_BWD_ROW_ALIGN % kRowsPerBlock == 0, "whole row groups per block");
     const bool varlen = p.cu_seqlens_q != nullptr;
-    if (!rows_aligned16(p.o, p.o_strides, varlen) || !rows_aligned16(p.dout, p.dout_strides, varlen) ||
-        (p.head_dim != 64 && p.head_dim != 128)) {
+    if (!rows_aligned16(p.o, p.o_strides, varlen) || !rows_aligned16(p.dout, p.dout_strides, varlen)) {
         const cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream);
         if (err != cudaSuccess) return static_cast<int>(err);
         return launch_preprocess<T>(p, rows_per_head, stream);
     }
-    const int rows_per_block = kPreprocessThreads / (p.head_dim / 8);
-    dim3 grid(ceil_div(rows_per_head, rows_per_block), p.heads_q, p.batch);
-    if (p.head_dim == 64)
-        preprocess_vec_kernel<T, 64><<<grid, kPreprocessThreads, 0, stream>>>(p, rows_per_head, dq_tiled);
-    else
-        preprocess_vec_kernel<T, 128><<<grid, kPreprocessThreads, 0, stream>>>(p, rows_per_head, dq_tiled);
+    const dim3 grid(ceil_div(rows_per_head, kRowsPerBlock), p.heads_q, p.batch);
+    preprocess_vec_kernel<T, kHeadDim><<<grid, kPreprocessThreads, 0, stream>>>(p, rows_per_head, dq_tiled);
     return launch_status();
 }
 
@@ -213,16 +211,16 @@ dq_convert_kernel(const float *src, T *dst, int64_t s0, int64_t s1, int64_t s2, 
     *reinterpret_cast<uint4 *>(dst + (bh / heads) * s0 + (bh % heads) * s1 + n * s2 + c) = packed;
 }
 
-template <typename T>
+template <typename T, int kHeadDim>
 int launch_dq_convert(const float *src, void *dst, const int64_t strides[3], int batch, int heads, int n_rows,
-                      int head_dim, float scale, bool varlen, cudaStream_t stream) {
-    const int64_t total = static_cast<int64_t>(batch) * heads * n_rows * (head_dim / 8);
-    if ((head_dim != 64 && head_dim != 128) || !rows_aligned16(dst, strides, varlen) || total >= (int64_t(1) << 31))
-        return launch_reduce<T>(src, dst, strides, batch, heads, 1, n_rows, head_dim, scale, stream);
+                      float scale, bool varlen, cudaStream_t stream) {
+    const int64_t total = static_cast<int64_t>(batch) * heads * n_rows * (kHeadDim / 8);
+    if (!rows_aligned16(dst, strides, varlen) || total >= (int64_t(1) << 31))
+        return launch_reduce<T>(src, dst, strides, batch, heads, 1, n_rows, kHeadDim, scale, stream);
     const int blocks = static_cast<int>((total + kReduceThreads - 1) / kReduceThreads);
-    auto kernel = head_dim == 64 ? dq_convert_kernel<T, 64> : dq_convert_kernel<T, 128>;
-    kernel<<<blocks, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), varlen ? 0 : strides[0], strides[1],
-                                                  strides[2], heads, n_rows, static_cast<int>(total), scale);
+    dq_convert_kernel<T, kHeadDim><<<blocks, kReduceThreads, 0, stream>>>(
+        src, static_cast<T *>(dst), varlen ? 0 : strides[0], strides[1], strides[2], heads, n_rows, static_cast<int>(total),
+        scale);
     return launch_status();
 }
 
@@ -286,20 +284,17 @@ dq_tiled_convert_kernel(const float *src, T *dst, int64_t s0, int64_t s1, int64_
         }
 }
 
-template <typename T>
+template <typename T, int kHeadDim>
 int launch_dq_tiled_convert(const float *src, void *dst, const int64_t strides[3], int batch, int heads, int seqlen_q,
-                            int rows_per_head, int head_dim, float scale, cudaStream_t stream) {
+                            int rows_per_head, float scale, cudaStream_t stream) {
     // A head's pairs: rows_per_head * head_dim / 8, whole blocks (rows_per_head is a multiple of
     // SY_ATTN_BWD_ROW_ALIGN: 16 K pairs at d = 128, 8 K at d = 64, per 128 rows).
     static_assert(SY_ATTN_BWD_ROW_ALIGN * 64 / 8 % kReduceThreads == 0, "a head's pairs fill whole blocks");
-    const int64_t pairs = static_cast<int64_t>(rows_per_head) * head_dim / 8;
+    const int64_t pairs = static_cast<int64_t>(rows_per_head) * kHeadDim / 8;
     const dim3 grid(static_cast<unsigned>(pairs / kReduceThreads), heads < 65535 ? heads : 65535,
                     batch < 65535 ? batch : 65535);
-    auto kernel = head_dim == 64    ? dq_tiled_convert_kernel<T, 64>
-                  : head_dim == 128 ? dq_tiled_convert_kernel<T, 128>
-                                    : dq_tiled_convert_kernel<T, 256>;
-    kernel<<<grid, kReduceThreads, 0, stream>>>(src, static_cast<T *>(dst), strides[0], strides[1], strides[2], batch,
-                                                heads, seqlen_q, rows_per_head, scale);
+    dq_tiled_convert_kernel<T, kHeadDim><<<grid, kReduceThreads, 0, stream>>>(
+        src, static_cast<T *>(dst), strides[0], strides[1], strides[2], batch, heads, seqlen_q, rows_per_head, scale);
     return launch_status();
 }
 

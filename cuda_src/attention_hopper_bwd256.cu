@@ -519,23 +519,13 @@ int launch256(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStr
         status = encode_map(&tm_v, p.v, p.dtype, Tr::kHeadDim, p.seqlen_k, p.heads_kv, p.batch, p.v_strides, Tr::kBlockN);
     if (status != kOk) return status;
 
-    // D, the log2 LSE and dq_accum's zeros (tile-major over rows_per_head rows a head, attention_api.h; row-major
-    // (B, Hq, Nq, d) without DQ_TILED) in one pass where O and dO rows are 16-byte aligned (32 lanes a row, 16
-    // bytes each); else the warp-per-row preprocess and a memset.
+    // D, the log2 LSE and dq_accum's zeros: tile-major over rows_per_head rows a head (attention_api.h), row-major
+    // (B, Hq, Nq, d) without DQ_TILED.
     constexpr bool kTiled = SY_HOPPER_BWD256_DQ_TILED != 0;
     const size_t dq_bytes = static_cast<size_t>(p.batch) * p.heads_q * (kTiled ? rows_per_head : p.seqlen_q) *
                             Tr::kHeadDim * sizeof(float);
-    if (rows_aligned16(p.o, p.o_strides, false) && rows_aligned16(p.dout, p.dout_strides, false)) {
-        constexpr int kRowsPerBlock = kPreprocessThreads / (Tr::kHeadDim / 8);
-        static_assert(SY_ATTN_BWD_ROW_ALIGN % kRowsPerBlock == 0, "whole row groups per block");
-        dim3 grid(ceil_div(rows_per_head, kRowsPerBlock), p.heads_q, p.batch);
-        preprocess_vec_kernel<T, Tr::kHeadDim><<<grid, kPreprocessThreads, 0, stream>>>(p, rows_per_head, kTiled);
-        status = launch_status();
-    } else {
-        if ((err = cudaMemsetAsync(p.dq_accum, 0, dq_bytes, stream)) != cudaSuccess) return static_cast<int>(err);
-        status = launch_preprocess<T>(p, rows_per_head, stream);
-    }
-    if (status != kOk) return status;
+    if ((status = launch_preprocess_zero_dq<T, Tr::kHeadDim>(p, rows_per_head, dq_bytes, kTiled, stream)) != kOk)
+        return status;
 
     if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes)) != cudaSuccess)
         return static_cast<int>(err);
@@ -546,22 +536,13 @@ int launch256(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStr
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band, heads_first);
     if ((status = launch_status()) != kOk) return status;
 
-    // dQ = scale * dq_accum: from the tiles; row-major, 8 elements a thread where dq's rows are 16-byte aligned,
-    // else the generic reduce.
-    const int64_t total = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q * (Tr::kHeadDim / 8);
-    if (kTiled) {
-        status = launch_dq_tiled_convert<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q, rows_per_head,
-                                            Tr::kHeadDim, p.scale, stream);
-    } else if (rows_aligned16(p.dq, p.dq_strides, false) && total < (int64_t(1) << 31)) {
-        const int blocks = static_cast<int>((total + kReduceThreads - 1) / kReduceThreads);
-        dq_convert_kernel<T, Tr::kHeadDim><<<blocks, kReduceThreads, 0, stream>>>(
-            p.dq_accum, static_cast<T *>(p.dq), p.dq_strides[0], p.dq_strides[1], p.dq_strides[2], p.heads_q, p.seqlen_q,
-            static_cast<int>(total), p.scale);
-        status = launch_status();
-    } else {
-        status = launch_reduce<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, 1, p.seqlen_q, Tr::kHeadDim, p.scale,
-                                  stream);
-    }
+    // dQ = scale * dq_accum.
+    if (kTiled)
+        status = launch_dq_tiled_convert<T, Tr::kHeadDim>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q,
+                                                          rows_per_head, p.scale, stream);
+    else
+        status = launch_dq_convert<T, Tr::kHeadDim>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q,
+                                                    p.scale, false, stream);
     if (status != kOk || p.heads_q == p.heads_kv) return status;   // the kernel wrote dk and dv itself
     return launch_reduce_dk_dv<T>(p, Tr::kHeadDim, stream);
 }

@@ -29,7 +29,8 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     constexpr bool kDqTiled = (Tr::kDqViaSmem || Tr::kDqTiledAdds) && !kVarlen;
     const size_t dq_bytes = static_cast<size_t>(map_batch) * p.heads_q * (kDqTiled ? rows_per_head : p.seqlen_q) *
                             Tr::kHeadDim * sizeof(float);
-    if ((status = launch_preprocess_zero_dq<T>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk) return status;
+    if ((status = launch_preprocess_zero_dq<T, Tr::kHeadDim>(p, rows_per_head, dq_bytes, kDqTiled, stream)) != kOk)
+        return status;
     if (p.deterministic) {   // the per-tile counters after dq_accum (only tile-major launches get here)
         const size_t sem_bytes = static_cast<size_t>(p.batch) * p.heads_q * (rows_per_head / Tr::kBlockM) * sizeof(int);
         const cudaError_t err = cudaMemsetAsync(reinterpret_cast<char *>(p.dq_accum) + dq_bytes, 0, sem_bytes, stream);
@@ -42,11 +43,11 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     if ((status = launch_status()) != kOk) return status;
 
     if (kDqTiled)
-        status = launch_dq_tiled_convert<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q, rows_per_head,
-                                            Tr::kHeadDim, p.scale, stream);
+        status = launch_dq_tiled_convert<T, Tr::kHeadDim>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q,
+                                                          rows_per_head, p.scale, stream);
     else
-        status = launch_dq_convert<T>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, p.seqlen_q, Tr::kHeadDim, p.scale,
-                                  kVarlen, stream);
+        status = launch_dq_convert<T, Tr::kHeadDim>(p.dq_accum, p.dq, p.dq_strides, map_batch, p.heads_q, p.seqlen_q,
+                                                    p.scale, kVarlen, stream);
     if (status != kOk || p.heads_q == p.heads_kv) return status;   // the kernel wrote dk and dv itself
     const int group = p.heads_q / p.heads_kv;
     status = launch_reduce<T>(p.dk_accum, p.dk, p.dk_strides, map_batch, p.heads_kv, group, p.seqlen_k, Tr::kHeadDim,
