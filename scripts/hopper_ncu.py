@@ -4,7 +4,7 @@
     ncu -k regex:hopper_bwd --launch-skip 1 --launch-count 1 ... python3 scripts/hopper_ncu.py --backward --d 64
 
 --backward runs forward + backward (the hopper backward, attention_hopper_bwd.cu) instead of the forward;
---n N sets the length (B = 16384 / N), --causal the mask; --cudnn runs torch SDPA's cuDNN backend on the same shape instead (profile it with -k regex:"fmha|cudnn|sm90";
+--n N sets the length (B = 16384 / N), --causal the mask, --dropout P dropout_p (the fused dropout's kernels); --cudnn runs torch SDPA's cuDNN backend on the same shape instead (profile it with -k regex:"fmha|cudnn|sm90";
 with --backward its backward too), for the same counters on the anchor.
 """
 import argparse
@@ -22,6 +22,7 @@ ap.add_argument("--d", type=int, default=128)
 ap.add_argument("--cudnn", action="store_true")
 ap.add_argument("--n", type=int, default=4096)
 ap.add_argument("--causal", action="store_true")
+ap.add_argument("--dropout", type=float, default=0.0)
 args = ap.parse_args()
 q, k, v = (torch.randn(16384 // args.n, 2048 // args.d, args.n, args.d, device="cuda", dtype=torch.bfloat16,
                        requires_grad=args.backward) for _ in range(3))
@@ -29,11 +30,11 @@ for _ in range(2):   # the first call builds/loads the library; ncu profiles the
     if args.cudnn:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=args.dropout, is_causal=args.causal)
             if args.backward:
                 out.backward(torch.ones_like(out))
         continue
-    out = cuda.scaled_dot_product_attention(q, k, v, is_causal=args.causal, kernel="hopper")
+    out = cuda.scaled_dot_product_attention(q, k, v, dropout_p=args.dropout, is_causal=args.causal, kernel="hopper")
     if args.backward:
         out.backward(torch.ones_like(out))
 torch.cuda.synchronize()
