@@ -259,6 +259,20 @@ __device__ __forceinline__ void bytes_to_drop_bits(uint4 (&k)[kSpans], const Dro
                           ~keep_bits(k[s].w, d.threshold4));
 }
 
+// 1.0 in each bf16 half of x that is >= the same half of bound, 0.0 otherwise (NaN: 0.0): bf16_keep's compare with
+// a number for a result, for a multiply on the FMA pipe instead of an AND on the integer ALU.
+__device__ __forceinline__ uint32_t bf16_keep_one(uint32_t x, uint32_t bound) {
+    uint32_t r;
+    asm("set.ge.bf16x2.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(bound));
+    return r;
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
 // One register's mask from words a, b: the selected bytes' keep bits widened (keep_rows_drawn's words), or
 // the selected bytes as (r, r) halves compared with bound (bytes_rows_all's).
 template <bool kBf16Compare>
@@ -267,23 +281,32 @@ __device__ __forceinline__ uint32_t rows_mask(uint32_t a, uint32_t b, uint32_t s
     else return prmt(a, b, selector);
 }
 
+// One register x of P with its dropped halves zeroed: AND with rows_mask's mask; kMul (bytes_rows_all's words, bf16 P
+// only): a bf16x2 multiply with bf16_keep_one's 1.0 / 0.0 (P is finite and >= 0: P * 1 = P, P * 0 = +0, the AND's
+// results), an FMA-pipe instruction in place of an integer-ALU one.
+template <bool kBf16Compare, bool kMul>
+__device__ __forceinline__ void drop_register(uint32_t &x, uint32_t a, uint32_t b, uint32_t selector, uint32_t bound) {
+    if constexpr (kMul) x = bf16x2_mul(x, bf16_keep_one(prmt(a, b, selector), bound));
+    else x &= rows_mask<kBf16Compare>(a, b, selector, bound);
+}
+
 // A fragments of P (k16 steps, 16-bit pairs: step kk = n8 tiles 2kk, 2kk + 1, registers (tile, rows) =
 // (2kk, g), (2kk, g+8), (2kk+1, g), (2kk+1, g+8)) masked by keep_rows_drawn's words: dropped scores to 0.
 // Step 2s takes the own words on lanes of e = 0 and the received ones on e = 1, step 2s + 1 the reverse:
 // PRMT picks from {a, b} by its selector (bytes 4-7 = b), so the choice is the selector's, set per lane
 // once (no select per word). kBf16Compare: the words are bytes_rows_all's (not compared yet) and each
-// register's mask is its PRMT's two (r, r) halves compared at once (bf16_keep, below).
-template <int kSteps, bool kBf16Compare = false>
+// register's mask is its PRMT's two (r, r) halves compared at once (bf16_keep, below); kMul: drop_register.
+template <int kSteps, bool kBf16Compare = false, bool kMul = false>
 __device__ __forceinline__ void dropout_rows_apply_span(uint32_t (&a)[kSteps][4], int s, uint4 k, uint32_t lo, uint32_t hi,
                                                         uint32_t bound = 0) {
-    a[2 * s][0] &= rows_mask<kBf16Compare>(k.x, k.z, lo, bound);
-    a[2 * s][1] &= rows_mask<kBf16Compare>(k.x, k.z, hi, bound);
-    a[2 * s][2] &= rows_mask<kBf16Compare>(k.y, k.w, lo, bound);
-    a[2 * s][3] &= rows_mask<kBf16Compare>(k.y, k.w, hi, bound);
-    a[2 * s + 1][0] &= rows_mask<kBf16Compare>(k.z, k.x, lo, bound);
-    a[2 * s + 1][1] &= rows_mask<kBf16Compare>(k.z, k.x, hi, bound);
-    a[2 * s + 1][2] &= rows_mask<kBf16Compare>(k.w, k.y, lo, bound);
-    a[2 * s + 1][3] &= rows_mask<kBf16Compare>(k.w, k.y, hi, bound);
+    drop_register<kBf16Compare, kMul>(a[2 * s][0], k.x, k.z, lo, bound);
+    drop_register<kBf16Compare, kMul>(a[2 * s][1], k.x, k.z, hi, bound);
+    drop_register<kBf16Compare, kMul>(a[2 * s][2], k.y, k.w, lo, bound);
+    drop_register<kBf16Compare, kMul>(a[2 * s][3], k.y, k.w, hi, bound);
+    drop_register<kBf16Compare, kMul>(a[2 * s + 1][0], k.z, k.x, lo, bound);
+    drop_register<kBf16Compare, kMul>(a[2 * s + 1][1], k.z, k.x, hi, bound);
+    drop_register<kBf16Compare, kMul>(a[2 * s + 1][2], k.w, k.y, lo, bound);
+    drop_register<kBf16Compare, kMul>(a[2 * s + 1][3], k.w, k.y, hi, bound);
 }
 
 // The selectors (bytes 0, 1 / 2, 3 of a, or of b on lanes of e = 1), made from %laneid at each call
@@ -304,13 +327,13 @@ __device__ __forceinline__ void dropout_rows_apply(uint32_t (&a)[kSteps][4], con
     for (int s = 0; s < kSteps / 2; ++s) dropout_rows_apply_span(a, s, keep[s], sel.x, sel.y);
 }
 
-// The same for bytes_rows_all's words: one PRMT, one HSET2 and one AND a register.
-template <int kSteps>
+// The same for bytes_rows_all's words: one PRMT, one HSET2 and one AND a register (kMul: a multiply, drop_register).
+template <int kSteps, bool kMul = false>
 __device__ __forceinline__ void dropout_rows_apply_bytes(uint32_t (&a)[kSteps][4], const uint4 (&bytes)[kSteps / 2],
                                                          uint32_t bound) {
     const uint2 sel = rows_selectors(0x1100u);
 #pragma unroll
-    for (int s = 0; s < kSteps / 2; ++s) dropout_rows_apply_span<kSteps, true>(a, s, bytes[s], sel.x, sel.y, bound);
+    for (int s = 0; s < kSteps / 2; ++s) dropout_rows_apply_span<kSteps, true, kMul>(a, s, bytes[s], sel.x, sel.y, bound);
 }
 
 // fp32 fragments x[nt][r] over the keys from col0: kept -> x * rp, dropped -> 0 (dP in the dQ pass).

@@ -254,6 +254,15 @@ struct Consumer {
 #define SY_DROPOUT_BF16_COMPARE 1
 #endif
     static constexpr bool kBf16Compare = SY_DROPOUT_BF16_COMPARE;
+    // SY_HOPPER_DROPOUT_MUL_KEEP (bf16, causal): P's kept / dropped halves by a bf16x2 multiply with 1.0 / 0.0 (the
+    // FMA pipe) instead of an AND with 0xFFFF / 0 (the integer ALU, which Philox's XORs and the softmax's FMNMX load
+    // most). Measured on the H200 in two calls (docs/notes-dropout.md, session 2026-11-28e), d = 128, N = 4096 / 16384:
+    // causal 3-4 % faster in both; not causal 1-2 % slower in both, so not there (2: every band mode, for A/B runs).
+#ifndef SY_HOPPER_DROPOUT_MUL_KEEP
+#define SY_HOPPER_DROPOUT_MUL_KEEP 1
+#endif
+    static constexpr bool kMulKeep = std::is_same<T, __nv_bfloat16>::value &&
+                                     ((SY_HOPPER_DROPOUT_MUL_KEEP == 1 && kBand == kBandCausal) || SY_HOPPER_DROPOUT_MUL_KEEP == 2);
     uint4 keep[kDropout ? Tr::kPVSteps / 2 : 1];
     __device__ __forceinline__ void draw(const TileWork &w, int block, const sy_attn_params &p) {
         if constexpr (kDropout && kBf16Compare) {
@@ -275,7 +284,7 @@ struct Consumer {
         if constexpr (kDrawNow) draw(w, block, p);
         if constexpr (kDropout && kBf16Compare) {
             bytes_to_drop_bits(keep, dropout_consts);
-            dropout_rows_apply_bytes(rP, keep, dropout_consts.bound);
+            dropout_rows_apply_bytes<Tr::kPVSteps, kMulKeep>(rP, keep, dropout_consts.bound);
         } else if constexpr (kDropout) {
             dropout_rows_apply(rP, keep);
         }

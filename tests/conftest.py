@@ -3,6 +3,8 @@
 The default `pytest` run quick-runs the pytest-benchmark suites in tests/bench/ once each
 (correctness of the benchmarked code, no timing); `pytest tests/bench --benchmark-only` times them.
 """
+import signal
+
 import pytest
 
 
@@ -10,6 +12,12 @@ def pytest_configure(config):
     # Benchmarks are timed only when asked for; otherwise each benchmarked function runs once.
     if not (config.getoption("benchmark_only", False) or config.getoption("benchmark_enable", False)):
         config.option.benchmark_disable = True
+    # The Ctrl-C tests press Ctrl-C as a user at a terminal does. A shell without job control starts background
+    # commands (`pytest &`, nohup) with SIGINT ignored; Python then installs no KeyboardInterrupt handler, and every
+    # child (forked, or exec'ed: an ignored signal stays ignored across exec) would ignore the press too. Give this
+    # process the handler a terminal's Python has, so its children start from it.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _has_cuda() -> bool:
