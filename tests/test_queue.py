@@ -178,7 +178,7 @@ def test_attach_refuses_another_kind_of_queue():
 
 def _signal_when_ready(target, q, sig, settle=0.0):
     """Start target(q, ready) in a forked child, wait until it sets ready, then (after `settle`
-    seconds, for a child about to block) send it sig; returns the child, joined."""
+    seconds, for a child about to block) send it sig; returns the child, joined (killed first if sig left it running)."""
     ctx = mp.get_context("fork")
     ready = ctx.Event()
     child = ctx.Process(target=target, args=(q, ready))
@@ -187,6 +187,9 @@ def _signal_when_ready(target, q, sig, settle=0.0):
     time.sleep(settle)
     os.kill(child.pid, sig)
     child.join(TIMEOUT)
+    if child.is_alive():   # the signal did not end it: kill it, or pytest's exit would wait for it (multiprocessing joins it)
+        child.kill()
+        child.join()
     return child
 
 
