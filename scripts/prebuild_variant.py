@@ -25,9 +25,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sympathy.attention import cuda_build  # noqa: E402
 
 
-def flags_for(cu: Path, defines) -> list:
+def includes(path: Path, src: Path, seen=None) -> set:
+    """The project headers path includes, transitively."""
+    seen = set() if seen is None else seen
+    for name in re.findall(r'#include\s+"([^"]+)"', path.read_text()):
+        header = src / name
+        if header.is_file() and header not in seen:
+            seen.add(header)
+            includes(header, src, seen)
+    return seen
+
+
+def flags_for(cu: Path, src: Path, defines) -> list:
     """The -D flags that name a macro cu or one of its project headers mentions (the rest cannot change it)."""
-    text = cu.read_text() + "".join(h.read_text() for h in cuda_build.project_headers(cu))
+    text = cu.read_text() + "".join(h.read_text() for h in includes(cu, src))
     return [d for d in defines if d[2:].split("=")[0] in text]
 
 
@@ -56,13 +67,13 @@ def main() -> int:
     if bad:
         ap.error(f"only -D flags are variants' flags: {bad}")
 
-    nvcc, arch = cuda_build.find_nvcc(), args.arch
+    src, nvcc, arch = cuda_build.source_dir(), cuda_build.find_nvcc(), args.arch
     objects = args.root / ".objects"
     objects.mkdir(parents=True, exist_ok=True)
 
     def compile_one(cu: Path) -> Path:
-        headers = sorted(cuda_build.project_headers(cu))
-        flags = flags_for(cu, args.defines)
+        headers = sorted(includes(cu, src))
+        flags = flags_for(cu, src, args.defines)
         key = hashlib.sha256(cu.read_bytes())
         for h in headers:
             key.update(h.name.encode() + h.read_bytes())
