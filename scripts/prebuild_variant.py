@@ -15,7 +15,6 @@ the device looks for; with --xz it is compressed for the device runner's 64 MiB 
 import argparse
 import hashlib
 import lzma
-import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -25,15 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sympathy.attention import cuda_build  # noqa: E402
 
 
-def includes(path: Path, src: Path, seen=None) -> set:
-    """The project headers path includes, transitively."""
-    seen = set() if seen is None else seen
-    for name in re.findall(r'#include\s+"([^"]+)"', path.read_text()):
-        header = src / name
-        if header.is_file() and header not in seen:
-            seen.add(header)
-            includes(header, src, seen)
-    return seen
+def includes(path: Path, src: Path) -> set:
+    """The project headers path includes, transitively (cuda_build.project_headers; src is path's folder)."""
+    assert path.parent == src, (path, src)
+    return cuda_build.project_headers(path)
 
 
 def flags_for(cu: Path, src: Path, defines) -> list:
