@@ -8,6 +8,11 @@ seed/offset -> same bits, another offset -> another mask; the keep rate within a
 generator drives consecutive calls and torch.manual_seed replays them.
 """
 import math
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -70,6 +75,18 @@ def keep_mask_numpy(batch, heads, n_q, n_k, dropout_p, seed, offset):
             chosen = np.choose(word, [np.broadcast_to(w, word.shape) for w in words])
             out[b, h] = ((chosen >> (8 * byte).astype(np.uint32)) & 0xFF) < threshold
     return out
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the host check compiles the CUDA headers with g++")
+def test_the_kernels_fragment_layouts_on_the_host():
+    """scripts/dropout_layout_host.py: every fragment function of the headers (the forwards' rows, the hopper
+    forward's bf16 compare, the backwards' columns) compiled for the CPU, a warp played
+    lane by lane, each score's bit against the layout's definition; thresholds on both sides of 128."""
+    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "dropout_layout_host.py"
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    checked, wrong = re.fullmatch(r"dropout layouts: (\d+) scores checked, (\d+) wrong\n", run.stdout).groups()
+    assert int(checked) > 2_000_000 and int(wrong) == 0
 
 
 def test_mask_layout_keep_rate_and_group_sharing_on_the_cpu():
