@@ -80,8 +80,8 @@ def keep_mask_numpy(batch, heads, n_q, n_k, dropout_p, seed, offset):
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the host check compiles the CUDA headers with g++")
 def test_the_kernels_fragment_layouts_on_the_host():
     """scripts/dropout_layout_host.py: every fragment function of the headers (the forwards' rows, the hopper
-    forward's bf16 compare, the backwards' columns) compiled for the CPU, a warp played
-    lane by lane, each score's bit against the layout's definition; thresholds on both sides of 128."""
+    forward's bf16 compare, the backwards' columns) compiled for the CPU, a warp played lane by lane, each
+    score's bit against the layout's definition; thresholds on both sides of 128."""
     script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "dropout_layout_host.py"
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
