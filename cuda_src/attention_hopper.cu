@@ -96,6 +96,14 @@ hopper_fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 #ifndef SY_HOPPER_STATIC_NONE
 #define SY_HOPPER_STATIC_NONE 1   // full rectangles on the static stride (TileScheduler); 0: the counter too
 #endif
+// Bands' tiles longest first inside sections of heads whose K/V fit SY_HOPPER_LPT_L2_KIB (tile_order.cuh); 0: the
+// order before it (head-major, each head's query blocks reversed), for a same-run A/B.
+#ifndef SY_HOPPER_FWD_LPT
+#define SY_HOPPER_FWD_LPT 1
+#endif
+#ifndef SY_HOPPER_LPT_L2_KIB
+#define SY_HOPPER_LPT_L2_KIB 12288   // a quarter of the H100's 50 MiB L2: 8-10 MiB in flight measured good, 24 bad
+#endif
 template <class Tr, typename T, int kMode>
 int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     constexpr auto kernel = hopper_fwd_kernel<Tr, T, kMode>;
@@ -123,11 +131,19 @@ int launch(const sy_attn_params &p, Band band, cudaStream_t stream) {
     const int sms = current_sm_count(&err);
     if (err != cudaSuccess) return static_cast<int>(err);
     TileScheduler sched;
-    sched.n_mblocks = ceil_div(kVarlen ? p.max_seqlen_q : p.seqlen_q, Tr::kBlockM);
+    sched.order.n_mblocks = ceil_div(kVarlen ? p.max_seqlen_q : p.seqlen_q, Tr::kBlockM);
     sched.heads_q = p.heads_q;
-    const int64_t n_tiles = int64_t(sched.n_mblocks) * p.heads_q * p.batch;
+    const int64_t n_tiles = int64_t(sched.order.n_mblocks) * p.heads_q * p.batch;
     if (n_tiles > INT32_MAX) return kInvalid;
     sched.n_tiles = static_cast<int>(n_tiles);
+    sched.order.n_heads = p.heads_q * p.batch;
+    // Bands longest first in L2-sized sections of heads (tile_order.cuh); varlen and mask lists head-major.
+    sched.order.section_heads = 0;
+    if (SY_HOPPER_FWD_LPT && (kMode & 3) != kBandNone && (kMode & 3) != kBandMask && !kVarlen && n_tiles > 0) {
+        const long long kv_bytes = 2LL * p.seqlen_k * Tr::kHeadDim * sizeof(T) / (p.heads_q / p.heads_kv);
+        sched.order.section_heads = section_heads_for(sched.order.n_heads, sched.order.n_mblocks, sms, kv_bytes,
+                                                      SY_HOPPER_LPT_L2_KIB * 1024LL);
+    }
 
     // Persistent: one resident block per SM (shared memory and registers allow no second), the
     // counter zeroed on the stream, or for tiles of one length (TileScheduler) the static stride and no

@@ -12,6 +12,7 @@
 #include "attention_mask.cuh"       // kBandMask: attn_mask tile by tile
 #include "hopper_primitives.cuh"   // PTX wrappers, tensor maps, SY_HOPPER_DEVICE_CODE
 #include "hopper_traits.cuh"
+#include "tile_order.cuh"        // TileOrder: which tile a block takes next
 
 namespace sy_attn {
 namespace {
@@ -23,9 +24,11 @@ constexpr int kVarlenFlag = 4;
 constexpr int kDropoutFlag = 8;
 
 // ---- the tile order ------------------------------------------------------------------------------------
-// Tile t: query block m of head (b, h), heads one after another, so the ~132 tiles in flight cover a
-// few heads and re-read their K/V from L2. Causal (and windows): inside a head from the last query
-// block, which sees the most keys, to the first, so long tiles start first and short ones fill the end.
+// Tile t: query block m of head (b, h) in TileOrder's order (tile_order.cuh): full rectangles head-major, so
+// the ~132 tiles in flight cover a few heads and re-read their K/V from L2; bands (causal, windows; not
+// varlen or mask lists) longest first inside sections of heads whose K/V fit a share of L2, so the grid's
+// last draws are its shortest tiles; varlen and mask lists head-major with each head's last query block
+// (the longest when causal) first.
 //
 // With a tile counter (p.tile_counter) the grid is persistent, one block per SM: block i starts on
 // tile i and then takes the next untaken tile from the counter (a dynamic schedule: a block that
@@ -40,7 +43,7 @@ constexpr int kDropoutFlag = 8;
 // microseconds beside the 235 us of d = 128, N = 1024, B * N = 16384). Measured once (docs/notes-hopper.md
 // fwd21c): d = 128 N = 1024 +3 %, level at N = 4096 and at d = 64.
 struct TileScheduler {
-    int n_mblocks;   // query blocks per head
+    TileOrder order;
     int heads_q;
     int n_tiles;
     int stride;      // 1: persistent with the static stride (no counter)
@@ -49,8 +52,8 @@ struct TileScheduler {
 
 #ifdef SY_HOPPER_DEVICE_CODE   // the kernel's only callers exist in the sm_90a device pass
     __device__ __forceinline__ Tile tile(int t, bool reverse_m) const {
-        const int head = t / n_mblocks, m_index = t % n_mblocks;
-        return {reverse_m ? n_mblocks - 1 - m_index : m_index, head % heads_q, head / heads_q};
+        const TileCoord c = order.at(t, reverse_m);
+        return {c.m_block, c.head % heads_q, c.head / heads_q};
     }
 
     // The tile after this block's current one t; n_tiles or more means none is left.

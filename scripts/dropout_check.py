@@ -6,15 +6,17 @@
 
 bf16 (--dtype fp16: fp16), H * d = 2048 (H = 16 at d = 128, 32 at d = 64), B = 65536 / N (4 at 4096, 1 at 16k), not causal and
 causal. Rows: our kernel (kernel="auto": hopper on sm_90; mma with --kernels mma) without dropout and with
-dropout_p = 0.1, then torch's SDPA with dropout_p = 0.1 on the flash, efficient and cuDNN backends (a
-backend that refuses the call prints n/a; --skip-sdpa leaves them out). Every call goes through the public
-entries (sy.attention.scaled_dot_product_attention, F.scaled_dot_product_attention): forward, and forward
-+ backward (out.backward(dout); --fwd-only leaves it out).
+dropout_p = 0.1, then torch's SDPA without dropout and with dropout_p = 0.1 on the flash, efficient and cuDNN
+backends, so each backend's own p = 0.1 / p = 0 stands beside ours (a backend that refuses the call prints
+n/a; --skip-sdpa leaves them out). Every call goes through the public entries
+(sy.attention.scaled_dot_product_attention, F.scaled_dot_product_attention): forward, and forward + backward
+(out.backward(dout); --fwd-only leaves it out).
 --lib NAME=PATH (repeatable): A/B of builds of the CUDA library in one process. Each is dlopen'ed and put
 in place of the loaded one (sympathy.attention.cuda_build._libs) before its rows; the libraries take
 turns inside each of --rounds rounds and each row is the median over the rounds, so drift (clocks,
-temperature) falls on all of them alike. Ratios: p=0.1 over the same build's p=0, and over the first
-build's p=0. --train-libs / --train-dims: the builds and head dims timed forward + backward too (default all).
+temperature) falls on all of them alike. Ratios: p=0.1 over the same build's p=0 (an SDPA row: over the same
+backend's p=0), and over the first build's p=0. --train-libs / --train-dims: the builds and head dims timed
+forward + backward too (default all).
 The target of issue #20: ours with dropout >= 0.85x ours without.
 --mask: instead, dropout beside an attn_mask (issue 20's mask + dropout), one table per --dims head dim at
 --sizes: B = 65536 / N sequences with key lengths N, 3N/4, N/2, N/4 in turn (right padding, an additive
@@ -120,12 +122,13 @@ def table(sizes, kernel, dims, libs, train_libs, train_dims, rounds, skip_sdpa, 
                                 timed.setdefault((name, p), []).append(ms)
                     use_library(libs[0][1])
                     if not skip_sdpa:
-                        for b in BACKENDS:
-                            try:
-                                timed[(b, 0.1)] = [bench(make_call(b, q, k, v, 0.1, causal, kernel, train))]
-                            except RuntimeError as exc:   # a backend that refuses the call
-                                print(f"| {n} | {d} | {causal} | {'fwd+bwd' if train else 'fwd'} | {b} p=0.1 | n/a | | "
-                                      f"{str(exc).splitlines()[0][:60]} | |")
+                        for b in BACKENDS:   # each backend's own price of dropout: its p = 0.1 over its p = 0
+                            for p in (0.0, 0.1):
+                                try:
+                                    timed[(b, p)] = [bench(make_call(b, q, k, v, p, causal, kernel, train))]
+                                except RuntimeError as exc:   # a backend that refuses the call
+                                    print(f"| {n} | {d} | {causal} | {'fwd+bwd' if train else 'fwd'} | {b} p={p} | n/a | | "
+                                          f"{str(exc).splitlines()[0][:60]} | |")
                     first = statistics.median(timed[(libs[0][0], 0.0)])
                     for (name, p), times in timed.items():
                         ms = statistics.median(times)
