@@ -250,15 +250,22 @@ __device__ __forceinline__ void produce_kv(const SharedTiles<Tr> &sm, const CUte
 // stages, about one block before it). Measured (docs/notes-hopper.md, fwd21) in three runs: d = 128
 // not causal +3 % at N = 1024, +1.6 % at 4096; d = 64 (draw only: Q in shared memory waits for the last
 // S GEMM of a tile, and with one buffer issuing it earlier would deadlock) +0-2 %. Bands (causal,
-// windows, mask lists) keep the late draw: their tiles differ in length, and a block that reserves its
-// next tile a tile early leaves the dynamic schedule less to balance at the end (-1.4 % at d = 128
-// N = 4096 causal, -1.8 % at d = 64 N = 1024, each run). Varlen keeps it too: its producer holds the
-// sequence offsets, and the next tile held across the blocks spilled 16-24 bytes at 24 registers.
+// windows, mask lists) keep the late draw. On the head-major order a block that reserved its next tile a
+// tile early left the dynamic schedule less to balance at the end (-1.4 % at d = 128 N = 4096 causal,
+// -1.8 % at d = 64 N = 1024, fwd21). On the sectioned order (tile_order.cuh), d = 128 causal measured
+// +1.5-3.3 % at N = 1024, +1 % at 2048, -0.6 to -2.4 % at 4096 over two calls of three rounds, and d = 64
+// -3 % at N = 1024 (docs/notes-hopper.md, 2026-11-29b): level overall, so not taken. Varlen keeps the late
+// draw too: its producer holds the sequence offsets, and the next tile held across the blocks spilled
+// 16-24 bytes at 24 registers.
+#ifndef SY_HOPPER_BAND_DRAW_EARLY
+#define SY_HOPPER_BAND_DRAW_EARLY 0   // a head dim whose bands (not mask lists) draw early, for a same-run A/B
+#endif
 template <class Tr, int kMode>
 __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
                         const CUtensorMap *tm_v, const TileScheduler &sched, const sy_attn_params &p, Band band) {
     constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
-    constexpr bool kDrawEarly = (kMode & 3) == kBandNone && !kVarlen;
+    constexpr bool kDrawEarly =
+        !kVarlen && ((kMode & 3) == kBandNone || (Tr::kHeadDim == SY_HOPPER_BAND_DRAW_EARLY && (kMode & 3) != kBandMask));
     constexpr bool kQAhead = Tr::kQInRegisters && kDrawEarly;
     const int group = p.heads_q / p.heads_kv;
     int kv_iter = 0;
