@@ -15,8 +15,9 @@
 // under the other warpgroup's.
 //
 // dQ: each warpgroup multiplies all 128 keys of dS into a 64 x 64 fp32 share of the tile's dQ (both
-// warpgroups' dS^T in shared memory: one named barrier per tile), stores it to shared memory, and a
-// warp of the producer warpgroup adds it to dq_accum with one bulk reduce-add (hopper_bwd_pipeline.cuh);
+// warpgroups' dS^T in shared memory: one named barrier per tile), stores it to shared memory (two buffers by
+// tile parity at d = 128), and a warp of the producer warpgroup adds it to dq_accum with one bulk reduce-add
+// (hopper_bwd_pipeline.cuh);
 // fp16 at d = 64 adds it from the registers with red.global.add.v4 into the same tile-major layout, varlen calls
 // row by row (SY_HOPPER_BWD_DQ_TMA).
 // Each element of dQ is added once per query tile and key block (128 keys). Kernels per call: preprocess
@@ -54,6 +55,8 @@ struct BwdConsumer {
     using GemmDq = WgmmaM64N64<T>;                                    // dQ: a 64 x 64 share per warpgroup
     using GemmHead = typename WgmmaN<Tr::kHeadDim>::template Op<T>;   // dV, dK (n = d)
     static constexpr int kNTilesM = Tr::kBlockM / 8;                  // n8 tiles of S^T
+    // SY_HOPPER_BWD_PRELOAD: the tile's LSE and D in registers, read before the waits for S^T and dP^T.
+    static constexpr bool kPreload = SY_HOPPER_BWD_PRELOAD != 0 && Tr::kHeadDim == 128 && !kDropout;
 
     const BwdSmem<Tr> &sm;
     // 0 or 1: keys 64 wg .. of the block. Passed through a shuffle from lane 0 the compiler knows it is warp-uniform
@@ -69,6 +72,7 @@ struct BwdConsumer {
     float dq[32];                                       // 64 queries x 64 columns of dQ
     static constexpr int kKeySpans = Tr::kKStepsM / 2;   // dropout: 32-query spans of keep words a tile
     uint32_t keep_bits[kKeySpans / 2];                  // dropout: the next tile's keep bits, packed
+    float2 lse_r[kPreload ? kNTilesM : 1], delta_r[kPreload ? kNTilesM : 1];   // kPreload: this lane's columns
 
     __device__ BwdConsumer(const BwdSmem<Tr> &sm_, int wg_, float scale)
         : sm(sm_), wg(kDropout ? wg_ : __shfl_sync(0xffffffffu, wg_, 0)), warp((threadIdx.x % 128) / 32),
@@ -130,7 +134,7 @@ struct BwdConsumer {
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
             const int col = nt * 8 + 2 * (lane % 4);
-            const float2 l = lds_float2(lse + col * 4);
+            const float2 l = kPreload ? lse_r[nt] : lds_float2(lse + col * 4);
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 float x = tiles(s)[nt][c];
@@ -163,7 +167,7 @@ struct BwdConsumer {
         const uint32_t delta = smem_addr(sm.delta + stage * Tr::kBlockM) + (2 * (lane % 4)) * 4;
 #pragma unroll
         for (int nt = 0; nt < kNTilesM; ++nt) {
-            const float2 d = lds_float2(delta + nt * 8 * 4);
+            const float2 d = kPreload ? delta_r[nt] : lds_float2(delta + nt * 8 * 4);
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const float2 pr = MmaOp<T>::unpack(rP[nt / 2][(nt % 2) * 2 + half]);   // P, undropped (dropout too)
@@ -201,6 +205,17 @@ struct BwdConsumer {
         keep_cols_all<kKeySpans, true>(keep, make_dropout<true>(p, blockIdx.z, blockIdx.y),
                                        n0 + wg * Tr::kKeysPerWG + warp * 16 + lane / 4, m0, lane);
         pack_keep(keep_bits, keep);
+    }
+
+    // kPreload: this lane's LSE (columns 8 nt + 2 (lane % 4) ..) or D of the tile, issued before the wait for S^T
+    // or dP^T. Read after it, the loads queued behind those GEMMs' operand reads and the first FFMA waited for them
+    // (PC sampling, 2026-11-29d: the short-scoreboard stall of the tile's first exponent, 12 % of the consumer's).
+    __device__ __forceinline__ void preload(float2 (&r)[kPreload ? kNTilesM : 1], const float *vec) {
+        if constexpr (kPreload) {
+            const uint32_t base = smem_addr(vec) + (2 * (lane % 4)) * 4;
+#pragma unroll
+            for (int nt = 0; nt < kNTilesM; ++nt) r[nt] = lds_float2(base + nt * 8 * 4);
+        }
     }
 
     // Accumulator n8 tiles 2kk, 2kk+1 -> the k16 A fragment kk (the forward's P conversion).
@@ -306,9 +321,11 @@ struct BwdConsumer {
         // 64: beside the dQ shares that copy spilled 16-24 bytes); dV then runs under dS^T's store and barrier.
         if constexpr (kMaskFirst) {
             issue_s_dp<true, false>(stage);
+            if constexpr (!(kBand == kBandMask && kMask)) preload(lse_r, sm.lse + stage * Tr::kBlockM);
             wgmma_wait<0>();
         } else {
             issue_s_dp(stage);
+            if constexpr (!(kBand == kBandMask && kMask)) preload(lse_r, sm.lse + stage * Tr::kBlockM);
             wgmma_wait<1>();   // S^T done; dP^T may still run
         }
         fence_regs(s);
@@ -326,6 +343,7 @@ struct BwdConsumer {
         } else {
             if constexpr (kMaskFirst) issue_s_dp<false, true>(stage);
             issue_head_gemm(dV, rP, sm.dout, stage);   // dV += P^T dO
+            preload(delta_r, sm.delta + stage * Tr::kBlockM);
             wgmma_wait<1>();   // dP^T done; dV may still run
             fence_regs(dp);
             compute_ds(stage);
@@ -346,13 +364,14 @@ struct BwdConsumer {
         if constexpr (kDqTma) {
             // The share in the registers' order: n8 tile nt of thread t as float4 nt * 128 + t (a
             // warp's 32 stores are 512 contiguous bytes: no bank conflict).
-            named_bar_sync(kBarDqEmpty + wg, kDqBarThreads);
-            const uint32_t share = smem_addr(sm.dq() + wg * Tr::kDqShareFloats) + (threadIdx.x % 128) * 16;
+            const int dq_buffer = i % Tr::kDqBuffers;   // i's bits 26.. (dropout) leave its parity alone
+            named_bar_sync(kBarDqEmpty + 2 * wg + dq_buffer, kDqBarThreads);
+            const uint32_t share = smem_addr(sm.dq(dq_buffer, wg)) + (threadIdx.x % 128) * 16;
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt)
                 sts_float4(share + nt * 128 * 16, tiles(dq)[nt][0], tiles(dq)[nt][1], tiles(dq)[nt][2], tiles(dq)[nt][3]);
             fence_proxy_async_shared();
-            named_bar_arrive(kBarDqFull + wg, kDqBarThreads);
+            named_bar_arrive(kBarDqFull + 2 * wg + dq_buffer, kDqBarThreads);
         } else if constexpr (Tr::kDqTiledAdds && !kVarlen) {
             // The share straight from the registers into the tile-major dq_accum (whole lines a warp; gDqHead is
             // then the head's tile-major base).
@@ -454,9 +473,10 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         regs_inc<Tr::kConsumerRegs>();
         BwdConsumer<Tr, T, kMode> consumer(sm, warpgroup - 1, p.scale);
         mbar_wait(smem_addr(&sm.bars->kv_full), 0);   // also when no tile follows: no copy may outlive the block
-        // The dQ shares start empty: one warp stands in for the dQ warp's first arrival.
+        // The dQ shares start empty: one warp stands in for the dQ warp's first arrival on each buffer.
         if (Tr::kDqViaSmem && (kMode & kVarlenFlag) == 0 && threadIdx.x % 128 < 32)
-            named_bar_arrive(kBarDqEmpty + warpgroup - 1, kDqBarThreads);
+            for (int buffer = 0; buffer < Tr::kDqBuffers; ++buffer)
+                named_bar_arrive(kBarDqEmpty + 2 * (warpgroup - 1) + buffer, kDqBarThreads);
         int i = 0;
         // The range is computed after setmaxnreg, in each role (live across it, it cost the d = 64
         // consumers 16-24 bytes of spill).

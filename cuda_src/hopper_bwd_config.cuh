@@ -40,3 +40,16 @@
 #ifndef SY_HOPPER_BWD_LPT
 #define SY_HOPPER_BWD_LPT 1
 #endif
+// Where the d = 128 consumer waited (ncu's PC sampling, session 2026-11-29d, docs/notes-attention-bwd.md): on the
+// LSE and D loads, issued after the waits for S^T and dP^T and queued behind those GEMMs' operand reads, and on
+// its dQ share's single buffer, still being read by the previous tile's reduce-add. Together the two changes below
+// measured +1-2 % forward + backward at d = 128 (same run); 0 and 1 build the previous kernel, for comparisons.
+// 1: LSE and D read into registers before those waits (d = 128 without dropout: at d = 64 their 32 registers each
+// do not fit beside the 128-query accumulators).
+#ifndef SY_HOPPER_BWD_PRELOAD
+#define SY_HOPPER_BWD_PRELOAD 1
+#endif
+// Buffers of dQ shares per warpgroup, at most (two where shared memory holds them: d = 128 with two stages).
+#ifndef SY_HOPPER_BWD_DQ_BUFFERS
+#define SY_HOPPER_BWD_DQ_BUFFERS 2
+#endif

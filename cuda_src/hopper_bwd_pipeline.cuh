@@ -53,7 +53,6 @@ struct HopperBwdTraits {
     static constexpr bool kDqTiledAdds = kDqTiledAdds_;
     static_assert(!(kDqViaSmem && kDqTiledAdds), "one way for dQ");
     static constexpr int kDqShareFloats = 64 * 64;                    // = kBlockM * kHeadDim / kConsumerWGs
-    static constexpr int kDqSmemBytes = kDqViaSmem ? kConsumerWGs * kDqShareFloats * 4 : 0;
 
     static constexpr int kKVBytes = kBlockN * kHeadDim * 2;     // K or V
     static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
@@ -64,8 +63,15 @@ struct HopperBwdTraits {
     static constexpr int kVecBytes = kBlockM * 4;               // one stage of LSE or D
     // 1024 bytes of slack to align the swizzle atoms; two dS^T buffers (a warpgroup may store tile i+1's
     // while the other still reads tile i's); 256 bytes of barriers.
-    static constexpr int kSmemBytes = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes + kDqSmemBytes +
-                                      2 * kStages * kVecBytes + 256;
+    static constexpr int kSmemBytesWithout = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes +
+                                             2 * kStages * kVecBytes + 256;
+    // dQ shares: one per consumer warpgroup, or two (tile parity) where they fit -- SY_HOPPER_BWD_DQ_BUFFERS: then a
+    // share is stored while the copy engine still reads the previous tile's (d = 128 with two stages: 226.3 KiB).
+    static constexpr int kDqBuffers =
+        kDqViaSmem && SY_HOPPER_BWD_DQ_BUFFERS >= 2 && kSmemBytesWithout + 2 * kConsumerWGs * kDqShareFloats * 4 <= 227 * 1024
+            ? 2 : 1;
+    static constexpr int kDqSmemBytes = kDqViaSmem ? kDqBuffers * kConsumerWGs * kDqShareFloats * 4 : 0;
+    static constexpr int kSmemBytes = kSmemBytesWithout + kDqSmemBytes;
 
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = 240;
@@ -84,8 +90,10 @@ struct HopperBwdTraits {
 };
 
 // Named barriers (0 is __syncthreads): both consumer warpgroups' dS^T stored (256 threads); dQ through
-// shared memory: share w full, share w empty (warpgroup w and the dQ warp, 160).
-enum BwdNamedBarrier { kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 4 };
+// shared memory: share w of buffer b full, and empty (+ 2 w + b; warpgroup w and the dQ warp, 160). One pair per
+// buffer: a warpgroup two tiles ahead of the dQ warp would otherwise arrive twice on one barrier before the warp
+// synced on it once (an arrival count past the barrier's 160: the launch failed, session 2026-11-29d).
+enum BwdNamedBarrier { kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 6 };
 constexpr int kDqBarThreads = 128 + 32;
 
 // The grid's launch order (hopper_bwd_kernel). The block scheduler starts blocks in index order (x fastest) and
@@ -118,9 +126,11 @@ struct BwdSmem {
     float *lse, *delta;       // [kStages][kBlockM]: log2-scaled LSE (+inf on padding rows), D
     BwdBarriers<Tr> *bars;
 
-    // [kConsumerWGs][8][128 threads][4]: the dQ shares (SY_HOPPER_BWD_DQ_TMA), after dS^T (computed, not
-    // a member: the consumers keep the members in registers).
-    __device__ __forceinline__ float *dq() const { return reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes); }
+    // [kDqBuffers][kConsumerWGs][8][128 threads][4]: the dQ shares (SY_HOPPER_BWD_DQ_TMA), after dS^T (computed,
+    // not a member: the consumers keep the members in registers). Tile t of a block uses buffer t % kDqBuffers.
+    __device__ __forceinline__ float *dq(int buffer, int wg) const {
+        return reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes) + (buffer * Tr::kConsumerWGs + wg) * Tr::kDqShareFloats;
+    }
 
     __device__ explicit BwdSmem(unsigned char *raw) {
         unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
@@ -239,9 +249,10 @@ __device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, 
                                          int *sems, int n_block, const Sequence &seq, const int *list) {
     for (int i = m_first; i < m_total; ++i) {
         const int m = list ? MaskWalk::block(__ldg(list + i)) : i;
+        const int buffer = (i - m_first) % Tr::kDqBuffers;   // the consumers' tile counter starts at 0
 #pragma unroll
         for (int w = 0; w < Tr::kConsumerWGs; ++w) {
-            named_bar_sync(kBarDqFull + w, kDqBarThreads);   // share w stored and fenced
+            named_bar_sync(kBarDqFull + 2 * w + buffer, kDqBarThreads);   // share w stored and fenced
             if (sems != nullptr && w == 0 && lane == 0) {
                 int turn = n_block;
                 if constexpr ((kMode & 3) == kBandCausal || (kMode & 3) == kBandLocal) {
@@ -257,7 +268,7 @@ __device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, 
             }
             if (lane == 0) {
                 bulk_reduce_add_f32(gDqHead + (m * Tr::kConsumerWGs + w) * Tr::kDqShareFloats,
-                                    smem_addr(sm.dq() + w * Tr::kDqShareFloats), Tr::kDqShareFloats * 4);
+                                    smem_addr(sm.dq(buffer, w)), Tr::kDqShareFloats * 4);
                 bulk_commit();
             }
         }
@@ -268,17 +279,17 @@ __device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, 
                 red_release_gpu_add(sems + m, 1);
             }
             __syncwarp();
-            named_bar_arrive(kBarDqEmpty + 0, kDqBarThreads);
-            named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
+            named_bar_arrive(kBarDqEmpty + buffer, kDqBarThreads);
+            named_bar_arrive(kBarDqEmpty + 2 + buffer, kDqBarThreads);
             continue;
         }
         // Share w may be overwritten once the copy engine has read it (not yet added it).
         if (lane == 0) bulk_wait_read<1>();
         __syncwarp();
-        named_bar_arrive(kBarDqEmpty + 0, kDqBarThreads);
+        named_bar_arrive(kBarDqEmpty + buffer, kDqBarThreads);
         if (lane == 0) bulk_wait_read<0>();
         __syncwarp();
-        named_bar_arrive(kBarDqEmpty + 1, kDqBarThreads);
+        named_bar_arrive(kBarDqEmpty + 2 + buffer, kDqBarThreads);
     }
     if (lane == 0) bulk_wait_all();
 }

@@ -5,7 +5,8 @@
 
 --backward runs forward + backward (the hopper backward, attention_hopper_bwd.cu) instead of the forward;
 --n N sets the length (B = 16384 / N), --causal the mask, --dropout P dropout_p (the fused dropout's kernels); --cudnn runs torch SDPA's cuDNN backend on the same shape instead (profile it with -k regex:"fmha|cudnn|sm90";
-with --backward its backward too), for the same counters on the anchor.
+with --backward its backward too), for the same counters on the anchor. Which instruction the warps stall at:
+add --section SourceCounters, print the report's source page as CSV and summarise it (scripts/ncu_source_summary.py).
 """
 import argparse
 import sys
