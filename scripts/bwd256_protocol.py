@@ -9,6 +9,10 @@ and `ahead` (the default). Keep the programs below in step with the kernel when 
     python3 scripts/bwd256_protocol.py          # prints the states explored; exits 1 on the first violation
 """
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from protocol_model import Violation, barrier, check_all, explore as explore_programs  # noqa: E402
 
 STAGE = ("Q", "dO", "L", "D")                                   # one copy a tile: Q, dO, LSE, D
 READS = {"Q": 2, "dO": 2, "L": 1, "D": 1, "P": 1, "DS": 2}      # reads of one tile's data before its slot is free
@@ -46,11 +50,7 @@ def programs(n, ahead):
     return prod, wg0, wg1
 
 
-class Violation(Exception):
-    pass
-
-
-def step(op, w, bars, bufs, empty, marks):
+def step(op, w, bars, waiting, bufs, empty):
     """Apply op of warpgroup w to copies of the state; False where it must wait."""
     kind = op[0]
     if kind == "wait_empty":
@@ -75,60 +75,16 @@ def step(op, w, bars, bufs, empty, marks):
             raise Violation(f"warpgroup {w} {op} sees tile {cur and cur[0]}")
         bufs[(op[1], op[2] % 2)] = (cur[0], cur[1] + (kind == "re"), cur[2] + (1 if kind == "rb" else -1))
         return True
-    phase, arrived = bars[op[1]]                              # named barrier: 2 warpgroups complete a phase
-    if marks[w] is not None:                                  # a sync waiting for its phase
-        if phase > marks[w]:
-            marks[w] = None
-            return True
-        return False
-    if w in arrived:
-        raise Violation(f"warpgroup {w} arrives twice on {op[1]} in phase {phase}")
-    arrived = arrived | {w}
-    bars[op[1]] = (phase + 1, frozenset()) if len(arrived) == 2 else (phase, frozenset(arrived))
-    if kind == "sync" and bars[op[1]][0] == phase:
-        marks[w] = phase
-        return None                                           # arrived; the op stays until the phase completes
-    return True
+    return barrier(kind, w, w, op[1], frozenset({1, 2}), bars, waiting)   # the two consumer warpgroups
 
 
 def explore(n, ahead):
-    progs = programs(n, ahead)
-    start = ((0, 0, 0), (None, None, None), (("BDs", 0, frozenset()), ("BP", 0, frozenset())), (), ())
-    seen, todo = set(), [start]
-    while todo:
-        state = todo.pop()
-        if state in seen:
-            continue
-        seen.add(state)
-        pcs, marks, bars, bufs, empty = state
-        moved = False
-        for w in range(3):
-            if pcs[w] == len(progs[w]):
-                continue
-            nb, nbuf, nemp, nmarks = {b: (p, a) for b, p, a in bars}, dict(bufs), dict(empty), list(marks)
-            res = step(progs[w][pcs[w]], w, nb, nbuf, nemp, nmarks)
-            if res is False:
-                continue
-            moved = True
-            npcs = list(pcs)
-            npcs[w] += res is True
-            todo.append((tuple(npcs), tuple(nmarks), tuple(sorted((b, p, a) for b, (p, a) in nb.items())),
-                         tuple(sorted(nbuf.items())), tuple(sorted(nemp.items()))))
-        if not moved and any(pcs[w] < len(progs[w]) for w in range(3)):
-            raise Violation(f"deadlock at {[progs[w][pcs[w]] if pcs[w] < len(progs[w]) else 'done' for w in range(3)]}")
-    return len(seen)
+    return explore_programs(programs(n, ahead), step, 4)
 
 
 def main():
-    ok = True
-    for ahead in (False, True):
-        for n in range(7):
-            try:
-                print(f"{'ahead' if ahead else 'prev'} n={n}: {explore(n, ahead)} states, ok")
-            except Violation as exc:
-                print(f"{'ahead' if ahead else 'prev'} n={n}: VIOLATION {exc}")
-                ok = False
-    return 0 if ok else 1
+    cases = [(f"{'ahead' if ahead else 'prev'} n={n}", (n, ahead)) for ahead in (False, True) for n in range(7)]
+    return check_all(cases, lambda case: explore(*case))
 
 
 if __name__ == "__main__":
