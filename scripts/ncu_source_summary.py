@@ -27,7 +27,8 @@ def load(path):
     rows = list(csv.reader(open(path, newline="")))
     # Row 0 names the kernel, row 1 the columns; a file without both is not a source page.
     if len(rows) < 3 or TOTAL not in rows[1]:
-        sys.exit(f"{path}: not an ncu source page with PC sampling (ncu --section SourceCounters ... --page source --csv)")
+        sys.exit(f"{path}: not an ncu source page with PC sampling "
+                 "(ncu --section SourceCounters ... --page source --csv)")
     return rows[0], rows[1], rows[2:]
 
 
