@@ -364,14 +364,14 @@ struct BwdConsumer {
         if constexpr (kDqTma) {
             // The share in the registers' order: n8 tile nt of thread t as float4 nt * 128 + t (a
             // warp's 32 stores are 512 contiguous bytes: no bank conflict).
-            const int dq_buffer = i % Tr::kDqBuffers;   // i's bits 26.. (dropout) leave its parity alone
-            named_bar_sync(kBarDqEmpty + 2 * wg + dq_buffer, kDqBarThreads);
+            const int dq_buffer = i % dq_buffers<Tr, kMode>();   // i's bits 26.. (dropout) leave its parity alone
+            named_bar_sync(dq_bar<Tr, kMode>(kBarDqEmpty, wg, dq_buffer), kDqBarThreads);
             const uint32_t share = smem_addr(sm.dq(dq_buffer, wg)) + (threadIdx.x % 128) * 16;
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt)
                 sts_float4(share + nt * 128 * 16, tiles(dq)[nt][0], tiles(dq)[nt][1], tiles(dq)[nt][2], tiles(dq)[nt][3]);
             fence_proxy_async_shared();
-            named_bar_arrive(kBarDqFull + 2 * wg + dq_buffer, kDqBarThreads);
+            named_bar_arrive(dq_bar<Tr, kMode>(kBarDqFull, wg, dq_buffer), kDqBarThreads);
         } else if constexpr (Tr::kDqTiledAdds && !kVarlen) {
             // The share straight from the registers into the tile-major dq_accum (whole lines a warp; gDqHead is
             // then the head's tile-major base).
@@ -475,8 +475,8 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         mbar_wait(smem_addr(&sm.bars->kv_full), 0);   // also when no tile follows: no copy may outlive the block
         // The dQ shares start empty: one warp stands in for the dQ warp's first arrival on each buffer.
         if (Tr::kDqViaSmem && (kMode & kVarlenFlag) == 0 && threadIdx.x % 128 < 32)
-            for (int buffer = 0; buffer < Tr::kDqBuffers; ++buffer)
-                named_bar_arrive(kBarDqEmpty + 2 * (warpgroup - 1) + buffer, kDqBarThreads);
+            for (int buffer = 0; buffer < dq_buffers<Tr, kMode>(); ++buffer)
+                named_bar_arrive(dq_bar<Tr, kMode>(kBarDqEmpty, warpgroup - 1, buffer), kDqBarThreads);
         int i = 0;
         // The range is computed after setmaxnreg, in each role (live across it, it cost the d = 64
         // consumers 16-24 bytes of spill).

@@ -63,15 +63,15 @@ struct HopperBwdTraits {
     static constexpr int kVecBytes = kBlockM * 4;               // one stage of LSE or D
     // 1024 bytes of slack to align the swizzle atoms; two dS^T buffers (a warpgroup may store tile i+1's
     // while the other still reads tile i's); 256 bytes of barriers.
-    static constexpr int kSmemBytesWithout = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes +
-                                             2 * kStages * kVecBytes + 256;
+    static constexpr int kSmemBytesBeforeDq = 1024 + 2 * kKVBytes + 2 * kStages * kQBytes + 2 * kDsBytes +
+                                              2 * kStages * kVecBytes + 256;
     // dQ shares: one per consumer warpgroup, or two (tile parity) where they fit -- SY_HOPPER_BWD_DQ_BUFFERS: then a
     // share is stored while the copy engine still reads the previous tile's (d = 128 with two stages: 226.3 KiB).
-    static constexpr int kDqBuffers =
-        kDqViaSmem && SY_HOPPER_BWD_DQ_BUFFERS >= 2 && kSmemBytesWithout + 2 * kConsumerWGs * kDqShareFloats * 4 <= 227 * 1024
-            ? 2 : 1;
+    static constexpr int kDqBuffers = kDqViaSmem && SY_HOPPER_BWD_DQ_BUFFERS >= 2 &&
+                                              kSmemBytesBeforeDq + 2 * kConsumerWGs * kDqShareFloats * 4 <= 227 * 1024
+                                          ? 2 : 1;
     static constexpr int kDqSmemBytes = kDqViaSmem ? kDqBuffers * kConsumerWGs * kDqShareFloats * 4 : 0;
-    static constexpr int kSmemBytes = kSmemBytesWithout + kDqSmemBytes;
+    static constexpr int kSmemBytes = kSmemBytesBeforeDq + kDqSmemBytes;
 
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = 240;
@@ -90,11 +90,24 @@ struct HopperBwdTraits {
 };
 
 // Named barriers (0 is __syncthreads): both consumer warpgroups' dS^T stored (256 threads); dQ through
-// shared memory: share w of buffer b full, and empty (+ 2 w + b; warpgroup w and the dQ warp, 160). One pair per
+// shared memory: share w of buffer b full, and empty (dq_bar; warpgroup w and the dQ warp, 160). One pair per
 // buffer: a warpgroup two tiles ahead of the dQ warp would otherwise arrive twice on one barrier before the warp
 // synced on it once (an arrival count past the barrier's 160: the launch failed, session 2026-11-29d).
 enum BwdNamedBarrier { kBarDs = 1, kBarDqFull = 2, kBarDqEmpty = 6 };
 constexpr int kDqBarThreads = 128 + 32;
+
+// The share buffers a kernel of mode kMode uses: Tr::kDqBuffers, but one with dropout, and the id of warpgroup wg's
+// full or empty barrier (kind) for one of them. With dropout the ids are the previous kernel's expression (kind + wg):
+// the bf16 d = 128 dropout kernel with an attn_mask sits at its register limit, and kind + 2 wg + buffer there
+// spilled 8 bytes (ptxas -v, session 2026-11-29d).
+template <class Tr, int kMode>
+__host__ __device__ constexpr int dq_buffers() {
+    return (kMode & kDropoutFlag) != 0 ? 1 : Tr::kDqBuffers;
+}
+template <class Tr, int kMode>
+__device__ __forceinline__ int dq_bar(BwdNamedBarrier kind, int wg, int buffer) {
+    return kind + wg * dq_buffers<Tr, kMode>() + buffer;
+}
 
 // The grid's launch order (hopper_bwd_kernel). The block scheduler starts blocks in index order (x fastest) and
 // each SM takes the next when one finishes, so the last blocks launched decide the tail. Causal and local key
@@ -127,9 +140,10 @@ struct BwdSmem {
     BwdBarriers<Tr> *bars;
 
     // [kDqBuffers][kConsumerWGs][8][128 threads][4]: the dQ shares (SY_HOPPER_BWD_DQ_TMA), after dS^T (computed,
-    // not a member: the consumers keep the members in registers). Tile t of a block uses buffer t % kDqBuffers.
+    // not a member: the consumers keep the members in registers). Tile t of a block uses buffer t % dq_buffers().
     __device__ __forceinline__ float *dq(int buffer, int wg) const {
-        return reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes) + (buffer * Tr::kConsumerWGs + wg) * Tr::kDqShareFloats;
+        return reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes) +
+               (buffer * Tr::kConsumerWGs + wg) * Tr::kDqShareFloats;
     }
 
     __device__ explicit BwdSmem(unsigned char *raw) {
@@ -249,10 +263,10 @@ __device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, 
                                          int *sems, int n_block, const Sequence &seq, const int *list) {
     for (int i = m_first; i < m_total; ++i) {
         const int m = list ? MaskWalk::block(__ldg(list + i)) : i;
-        const int buffer = (i - m_first) % Tr::kDqBuffers;   // the consumers' tile counter starts at 0
+        const int buffer = (i - m_first) % dq_buffers<Tr, kMode>();   // the consumers' tile counter starts at 0
 #pragma unroll
         for (int w = 0; w < Tr::kConsumerWGs; ++w) {
-            named_bar_sync(kBarDqFull + 2 * w + buffer, kDqBarThreads);   // share w stored and fenced
+            named_bar_sync(dq_bar<Tr, kMode>(kBarDqFull, w, buffer), kDqBarThreads);   // share w stored and fenced
             if (sems != nullptr && w == 0 && lane == 0) {
                 int turn = n_block;
                 if constexpr ((kMode & 3) == kBandCausal || (kMode & 3) == kBandLocal) {
@@ -279,17 +293,17 @@ __device__ __forceinline__ void write_dq(const BwdSmem<Tr> &sm, float *gDqHead, 
                 red_release_gpu_add(sems + m, 1);
             }
             __syncwarp();
-            named_bar_arrive(kBarDqEmpty + buffer, kDqBarThreads);
-            named_bar_arrive(kBarDqEmpty + 2 + buffer, kDqBarThreads);
+            named_bar_arrive(dq_bar<Tr, kMode>(kBarDqEmpty, 0, buffer), kDqBarThreads);
+            named_bar_arrive(dq_bar<Tr, kMode>(kBarDqEmpty, 1, buffer), kDqBarThreads);
             continue;
         }
         // Share w may be overwritten once the copy engine has read it (not yet added it).
         if (lane == 0) bulk_wait_read<1>();
         __syncwarp();
-        named_bar_arrive(kBarDqEmpty + buffer, kDqBarThreads);
+        named_bar_arrive(dq_bar<Tr, kMode>(kBarDqEmpty, 0, buffer), kDqBarThreads);
         if (lane == 0) bulk_wait_read<0>();
         __syncwarp();
-        named_bar_arrive(kBarDqEmpty + 2 + buffer, kDqBarThreads);
+        named_bar_arrive(dq_bar<Tr, kMode>(kBarDqEmpty, 1, buffer), kDqBarThreads);
     }
     if (lane == 0) bulk_wait_all();
 }
