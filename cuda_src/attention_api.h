@@ -94,10 +94,11 @@ const char *sy_attn_error_string(int status);
      mma:   delta and lse_log2 (B, Hq, Nq rounded up to SY_ATTN_BWD_ROW_ALIGN); dq_accum
             (B, Hq, Nq, d) unless deterministic; dk_accum and dv_accum (B, Hq, Nk, d) only when
             Hq != Hkv (otherwise NULL: dK and dV go straight to dk and dv).
-     hopper: as mma, but dq_accum (B, Hq, Nq rounded up to SY_ATTN_BWD_ROW_ALIGN, d) (its layout
-            inside is the kernel's own) also when deterministic, then followed by B * Hq * (Nq rounded
-            up) / 64 ints (per-tile counters); deterministic needs bf16 or d = 128 and no varlen
-            (else SY_EUNSUPPORTED); varlen as below.
+     hopper: as mma, but over R = sy_attn_hopper_bwd_rows(params) rows a head (below; at d = 128 it can
+            exceed Nq rounded up to SY_ATTN_BWD_ROW_ALIGN): delta and lse_log2 (B, Hq, R), dq_accum
+            (B, Hq, R, d) (its layout inside is the kernel's own) also when deterministic, then followed
+            by B * Hq * R / 64 ints (per-tile counters); deterministic needs bf16 or d = 128 and no
+            varlen (else SY_EUNSUPPORTED); varlen as below.
    deterministic: dQ by a separate query-block pass (no atomics), so two runs give identical bits.
    Head dims 64 and 128; a mask tile by tile (mma, hopper: the fields below). mma also needs q, k, v,
    dout rows 16-byte aligned and dq, dk, dv rows 4-byte aligned. */
@@ -138,6 +139,11 @@ typedef struct sy_attn_bwd_params {
 int sy_attn_tiled_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_mma_bwd(const sy_attn_bwd_params *params, void *stream);
 int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream);   /* sm_90a: attention_hopper_bwd.cu */
+/* The rows per head ("Nq rounded up" above) of sy_attn_hopper_bwd's workspaces for these parameters (the sizes,
+   band, mask, dropout and varlen fields are read): Nq, or max_seqlen_q with varlen, rounded up to
+   SY_ATTN_BWD_ROW_ALIGN, after rounding up to whole 80-query tiles where the kernel uses them (d = 128 without a
+   band, mask, dropout or varlen). */
+int sy_attn_hopper_bwd_rows(const sy_attn_bwd_params *params);
 /* sm_90a, d = 256 only (attention_hopper_bwd256.cu: wgmma and TMA): the hopper workspaces (dq_accum (B, Hq, Nq rounded
    up to SY_ATTN_BWD_ROW_ALIGN, d), its layout inside the kernel's own; no counters);
    dense or causal (a window open on the left), GQA; SY_EUNSUPPORTED when deterministic, masked, dropout, varlen. */

@@ -284,6 +284,53 @@ dq_tiled_convert_kernel(const float *src, T *dst, int64_t s0, int64_t s1, int64_
         }
 }
 
+// The same for the 80-query tiles' transposed shares (hopper backward, d = 128, kDqTransposed): share w of tile m
+// is dQ^T's rows 64 w.. (head columns) by the tile's 80 queries, float4 nt * 128 + t holding thread t's n8 tile nt
+// (queries 8 nt + 2 (t % 4) + {0, 1} of head columns 16 (t / 32) + (t % 32) / 4 (+ 8)). A block a share: the
+// coalesced float4 reads go to a [query][column] array in shared memory (rows padded by 4 floats, so a warp's
+// stores, 4 queries two apart x 8 columns, hit 32 distinct banks), and each warp writes whole query rows of dQ
+// (64 columns: 128 contiguous bytes in 16-bit types).
+template <typename T>
+__global__ void __launch_bounds__(128)
+dq_tiled_convert_t_kernel(const float *src, T *dst, int64_t s0, int64_t s1, int64_t s2, int seqlen_q, int rows_per_head,
+                          float scale) {
+    constexpr int kQueries = 80, kCols = 64, kPitch = kCols + 4, kHeadDim = 128;
+    __shared__ float tile[kQueries * kPitch];
+    const int share = blockIdx.x, t = threadIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int m0 = (share / 2) * kQueries, col0 = (share % 2) * kCols;
+    const float4 *in = reinterpret_cast<const float4 *>(src) +
+                       (int64_t(b) * gridDim.y + h) * (int64_t(rows_per_head) * kHeadDim / 4) + share * (kQueries * kCols / 4);
+    const int r = 16 * (t / 32) + (t % 32) / 4, q = 2 * (t % 4);
+#pragma unroll
+    for (int nt = 0; nt < kQueries / 8; ++nt) {
+        const float4 v = in[nt * 128 + t];
+        float *at = tile + (8 * nt + q) * kPitch + r;
+        at[0] = v.x;
+        at[kPitch] = v.y;
+        at[8] = v.z;
+        at[kPitch + 8] = v.w;
+    }
+    __syncthreads();
+    T *base = dst + b * s0 + h * s1 + col0;
+#pragma unroll 4
+    for (int pair = t; pair < kQueries * kCols / 2; pair += 128) {
+        const int query = pair / (kCols / 2), col = 2 * (pair % (kCols / 2));
+        if (m0 + query >= seqlen_q) break;   // pair order is query order: the rest of the block's are past it too
+        const float2 v = *reinterpret_cast<const float2 *>(tile + query * kPitch + col);
+        store_pair(base + (m0 + query) * s2 + col, v.x * scale, v.y * scale);
+    }
+}
+
+template <typename T>
+int launch_dq_tiled_convert_t(const float *src, void *dst, const int64_t strides[3], int batch, int heads, int seqlen_q,
+                              int rows_per_head, float scale, cudaStream_t stream) {
+    if (heads > 65535 || batch > 65535) return kUnsupported;
+    const dim3 grid(2 * ceil_div(seqlen_q, 80), heads, batch);
+    dq_tiled_convert_t_kernel<T><<<grid, 128, 0, stream>>>(src, static_cast<T *>(dst), strides[0], strides[1], strides[2],
+                                                          seqlen_q, rows_per_head, scale);
+    return launch_status();
+}
+
 template <typename T, int kHeadDim>
 int launch_dq_tiled_convert(const float *src, void *dst, const int64_t strides[3], int batch, int heads, int seqlen_q,
                             int rows_per_head, float scale, cudaStream_t stream) {

@@ -6,6 +6,8 @@
 //   S^T  = K Q^T     and  dP^T = V dO^T    keys as rows: K, V (A) and Q, dO (B) all K-major in smem
 //   dV  += P^T dO    and  dK  += dS^T Q    P^T, dS^T from registers; dO, Q read MN-major (the same tiles)
 //   dQ   = dS K                            dS^T stored once to smem, read MN-major (transposed A); K MN-major
+//   (80-query tiles, d = 128 without a band: dQ^T = K^T dS^T, K read MN-major as A, dS stored [query][key]
+//   by stmatrix .trans as a K-major B: wgmma's M is 64, and the tile's 80 queries become its N)
 // with P = exp2(S * scale * log2(e) - LSE * log2(e)) and dS = P o (dP - D), D = rowsum(dO o O).
 // The copy engine (TMA) brings K and V once and Q, dO, LSE, D per query tile through a ring of stages
 // completing on mbarriers; one producer thread issues it while two consumer warpgroups compute, each
@@ -52,7 +54,7 @@ struct BwdConsumer {
     static constexpr bool kVarlen = (kMode & kVarlenFlag) != 0;
     static constexpr bool kDqTma = Tr::kDqViaSmem && !kVarlen;
     using GemmTile = typename WgmmaN<Tr::kBlockM>::template Op<T>;   // S^T, dP^T (n = the tile's queries)
-    using GemmDq = WgmmaM64N64<T>;                                    // dQ: a 64 x 64 share per warpgroup
+    using GemmDq = typename WgmmaN<Tr::kDqN>::template Op<T>;         // dQ: a 64 x 64 (dQ^T: 64 x 80) share
     using GemmHead = typename WgmmaN<Tr::kHeadDim>::template Op<T>;   // dV, dK (n = d)
     static constexpr int kNTilesM = Tr::kBlockM / 8;                  // n8 tiles of S^T
     // SY_HOPPER_BWD_PRELOAD: the tile's LSE and D in registers, read before the waits for S^T and dP^T.
@@ -69,7 +71,7 @@ struct BwdConsumer {
     float dV[Tr::kHeadDim / 2], dK[Tr::kHeadDim / 2];   // this warpgroup's 64 keys x d
     float s[Tr::kBlockM / 2], dp[Tr::kBlockM / 2];      // S^T then P^T; dP^T then dS^T (64 keys x kBlockM queries)
     uint32_t rP[Tr::kKStepsM][4], rdS[Tr::kKStepsM][4]; // P^T, dS^T as A fragments of dV, dK
-    float dq[32];                                       // 64 queries x 64 columns of dQ
+    float dq[Tr::kDqShareFloats / 128];                 // 64 queries x 64 columns of dQ (dQ^T: 64 x 80)
     static constexpr int kKeySpans = Tr::kKStepsM / 2;   // dropout: 32-query spans of keep words a tile
     uint32_t keep_bits[kKeySpans / 2];                  // dropout: the next tile's keep bits, packed
     float2 lse_r[kPreload ? kNTilesM : 1], delta_r[kPreload ? kNTilesM : 1];   // kPreload: this lane's columns
@@ -251,8 +253,19 @@ struct BwdConsumer {
     // rows + 8 (i % 2), queries + 8 (i / 2)); lane l addresses row l % 8 of matrix l / 8, a whole 16-byte chunk
     // of the swizzled row. One store instruction a step instead of four 4-byte generic stores (with their
     // 64-bit address arithmetic), and each writes 512 bytes without bank conflict (the chunks of 8 rows differ).
+    // kDqTransposed: dS, [key panel wg][query][64 keys], by stmatrix .trans (matrix i stored transposed: lane l
+    // addresses query row l % 8 of matrix l / 8, its 8 keys one 16-byte chunk); the 8 rows of a matrix are 8
+    // consecutive queries, so their chunks land in 8 distinct swizzled positions: no bank conflict either.
     __device__ __forceinline__ void store_ds_step(int buffer, int kk, const uint32_t (&a)[4]) {
-        const int m = lane / 8, row = wg * Tr::kKeysPerWG + warp * 16 + (m % 2) * 8 + lane % 8;
+        const int m = lane / 8;
+        if constexpr (Tr::kDqTransposed) {
+            const int query = 16 * kk + (m / 2) * 8 + lane % 8, chunk = 2 * warp + m % 2;
+            stmatrix_x4_trans(smem_addr(sm.ds) + buffer * Tr::kDsBytes + wg * Tr::kDsPanelBytes + query * Tr::kRowBytes +
+                                  ((chunk ^ (query % 8)) << 4),
+                              a[0], a[1], a[2], a[3]);
+            return;
+        }
+        const int row = wg * Tr::kKeysPerWG + warp * 16 + (m % 2) * 8 + lane % 8;
         const int chunk = 2 * kk + m / 2, panel = chunk / 8;
         stmatrix_x4(smem_addr(sm.ds) + buffer * Tr::kDsBytes + panel * Tr::kDsPanelBytes + row * Tr::kRowBytes +
                         (((chunk % 8) ^ (row % 8)) << 4),
@@ -278,7 +291,23 @@ struct BwdConsumer {
 
     // This warpgroup's 64 x 64 share of dQ = dS K (Traits::kDqSplitColumns): A = dS^T read MN-major
     // (queries contiguous; panel wg at d = 64), B = K MN-major (panel wg at d = 128).
+    // kDqTransposed: rows 64 wg.. of dQ^T = K^T dS^T, A = K's panel wg read MN-major (d contiguous), B = dS
+    // K-major (keys contiguous; k-step kk in key panel kk / 4).
     __device__ __forceinline__ void issue_dq(int buffer) {
+        if constexpr (Tr::kDqTransposed) {
+            const uint64_t a = smem_desc(smem_addr(sm.k) + wg * Tr::kKVPanelBytes, Tr::kKVPanelBytes, Tr::kAtomBytes);
+            const uint64_t b = smem_desc(smem_addr(sm.ds) + buffer * Tr::kDsBytes, 16, Tr::kAtomBytes);
+            fence_regs(dq);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kDqKSteps; ++kk) {
+                const int panel = kk / Tr::kKStepsPerPanel, in_panel = (kk % Tr::kKStepsPerPanel) * 32;
+                GemmDq::template ss<1, 0>(dq, desc_at(a, kk * 16 * Tr::kRowBytes),
+                                          desc_at(b, panel * Tr::kDsPanelBytes + in_panel), kk > 0);
+            }
+            wgmma_commit();
+            return;
+        }
         const int ds_panel = Tr::kDqSplitColumns ? 0 : wg, k_panel = Tr::kDqSplitColumns ? wg : 0;
         const uint32_t ds_base = smem_addr(sm.ds) + buffer * Tr::kDsBytes + ds_panel * Tr::kDsPanelBytes;
         const uint32_t k_base = smem_addr(sm.k) + k_panel * Tr::kKVPanelBytes;
@@ -368,7 +397,7 @@ struct BwdConsumer {
             named_bar_sync(dq_bar<Tr, kMode>(kBarDqEmpty, wg, dq_buffer), kDqBarThreads);
             const uint32_t share = smem_addr(sm.dq(dq_buffer, wg)) + (threadIdx.x % 128) * 16;
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
+            for (int nt = 0; nt < Tr::kDqShareFloats / 512; ++nt)
                 sts_float4(share + nt * 128 * 16, tiles(dq)[nt][0], tiles(dq)[nt][1], tiles(dq)[nt][2], tiles(dq)[nt][3]);
             fence_proxy_async_shared();
             named_bar_arrive(dq_bar<Tr, kMode>(kBarDqFull, wg, dq_buffer), kDqBarThreads);
@@ -543,6 +572,8 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 
 // ---- host -----------------------------------------------------------------------------------------------
 #include "hopper_bwd_launch.cuh"   // launch, launch_causal, launch_dropout, launch_head_dim (they name hopper_bwd_kernel)
+
+extern "C" int sy_attn_hopper_bwd_rows(const sy_attn_bwd_params *params) { return sy_attn::hopper_bwd_rows(*params); }
 
 extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream) {
     using namespace sy_attn;

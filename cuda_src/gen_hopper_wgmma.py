@@ -28,7 +28,8 @@ def regs(n):
 
 
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
-SHAPES_N = (64, 128, 176, 192, 256)   # S = Q K^T uses N = kBlockN, O += P V uses N = d
+SHAPES_N = (64, 80, 128, 176, 192, 256)   # S = Q K^T uses N = kBlockN, O += P V uses N = d; the backward's
+# 80-query tiles (d = 128) S^T, dP^T and dQ^T N = 80
 
 
 def wrappers(n: int, ctype: str, ptx: str) -> str:

@@ -53,3 +53,10 @@
 #ifndef SY_HOPPER_BWD_DQ_BUFFERS
 #define SY_HOPPER_BWD_DQ_BUFFERS 2
 #endif
+// Query tile rows at d = 128 without a band, attn_mask, dropout or varlen: 80 (FlashAttention-3's and -4's
+// non-causal tile; HopperBwdTraits says what changes) or 64, the tile of every other d = 128 launch. 80 measured
+// +0.3 / +0.8 / +1.1 / +2.0 % forward + backward at N = 1024 / 2048 / 4096 / 8192 (bf16, H200, three rounds each
+// in the same calls; docs/notes-attention-bwd.md, session 2026-11-29e), the deterministic mode level to +1.3 %.
+#ifndef SY_HOPPER_BWD_D128_BLOCK_M
+#define SY_HOPPER_BWD_D128_BLOCK_M 80
+#endif

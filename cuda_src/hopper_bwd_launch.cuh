@@ -42,7 +42,10 @@ int launch(const sy_attn_bwd_params &p, int rows_per_head, Band band, cudaStream
     kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(tm_q, tm_do, tm_k, tm_v, p, rows_per_head, band);
     if ((status = launch_status()) != kOk) return status;
 
-    if (kDqTiled)
+    if (Tr::kDqTransposed)
+        status = launch_dq_tiled_convert_t<T>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q,
+                                              rows_per_head, p.scale, stream);
+    else if (kDqTiled)
         status = launch_dq_tiled_convert<T, Tr::kHeadDim>(p.dq_accum, p.dq, p.dq_strides, p.batch, p.heads_q, p.seqlen_q,
                                                           rows_per_head, p.scale, stream);
     else
@@ -80,11 +83,28 @@ int launch_dropout(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t 
 }
 
 
+// Whether a launch takes the 80-query tiles (SY_HOPPER_BWD_D128_BLOCK_M): d = 128 without a band, attn_mask,
+// dropout or varlen, dQ through shared memory (SY_HOPPER_BWD_DQ_TMA = 1).
+inline bool wide_tiles(const sy_attn_bwd_params &p) {
+    if (SY_HOPPER_BWD_D128_BLOCK_M != 80 || SY_HOPPER_BWD_DQ_TMA != 1 || p.head_dim != 128 || p.mask_lists || p.dropout_p > 0.f || p.cu_seqlens_q)
+        return false;
+    int mode;
+    make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k, &mode);
+    return mode == kBandNone;
+}
+
+// Rows per head of the delta, lse_log2 and dq_accum workspaces (sy_attn_hopper_bwd_rows): Nq (varlen:
+// max_seqlen_q) rounded up to SY_ATTN_BWD_ROW_ALIGN, after rounding up to whole 80-query tiles where they are
+// used: the last tile's LSE and D loads and its dQ shares stay inside the head's rows.
+inline int hopper_bwd_rows(const sy_attn_bwd_params &p) {
+    const int rows = p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q;
+    return ceil_div(wide_tiles(p) ? ceil_div(rows, 80) * 80 : rows, SY_ATTN_BWD_ROW_ALIGN) * SY_ATTN_BWD_ROW_ALIGN;
+}
+
 // The head dim, the mask's lists, dropout and varlen pick the instantiation.
 template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
-    const int rows_per_head = ceil_div(p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q, SY_ATTN_BWD_ROW_ALIGN) *
-                              SY_ATTN_BWD_ROW_ALIGN;
+    const int rows_per_head = hopper_bwd_rows(p);
     // dQ through shared memory except fp16 at d = 64 (SY_HOPPER_BWD_DQ_TMA says why), which adds tile-major.
     constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA == 1 && !std::is_same<T, __half>::value;
     using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64,
@@ -124,6 +144,13 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
                                 : launch_causal<TraitsD128, T, kVarlenFlag>(p, rows_per_head, stream);
+    if (wide_tiles(p)) {
+        using TraitsWide = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, true, false, 80>;
+        int mode;
+        const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right,
+                                    p.seqlen_q, p.seqlen_k, &mode);
+        return launch<TraitsWide, T, kBandNone>(p, rows_per_head, band, stream);
+    }
     return p.head_dim == 64 ? launch_causal<TraitsD64, T, 0>(p, rows_per_head, stream)
                             : launch_causal<TraitsD128, T, 0>(p, rows_per_head, stream);
 }

@@ -25,13 +25,16 @@ constexpr int kDropoutFlag = 8;
 // thread, d = 128: dV, dK 64 fp32 each, S^T, dP^T 32 each, P^T, dS^T 16 b32 each, dQ 32; d = 64: dV,
 // dK 32, S^T, dP^T 64, P^T, dS^T 32, dQ 32. setmaxnreg gives 240; ptxas -v: no spill. Against 64-query
 // tiles at d = 64 the 128-query ones measured 1.1-1.2x (half the tiles, barriers and dQ adds per key).
-template <int kHeadDim_, int kStages_, bool kDqViaSmem_, bool kDqTiledAdds_ = false>
+// kBlockM_ = 80 (d = 128; FlashAttention-3's and -4's tile without a band): a fifth fewer tiles, so fewer
+// barriers, fences and dQ adds per query, and n = 80 GEMMs for S^T and dP^T. wgmma's M is 64, so dQ = dS K
+// over 80 query rows is no single GEMM: the warpgroups make dQ^T = K^T dS^T instead (kDqTransposed, below).
+template <int kHeadDim_, int kStages_, bool kDqViaSmem_, bool kDqTiledAdds_ = false, int kBlockM_ = 0>
 struct HopperBwdTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kConsumerWGs = 2;
     static constexpr int kKeysPerWG = 64;
     static constexpr int kBlockN = kConsumerWGs * kKeysPerWG;
-    static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
+    static constexpr int kBlockM = kBlockM_ != 0 ? kBlockM_ : kHeadDim == 64 ? 128 : 64;
     static constexpr int kStages = kStages_;   // Q, dO, LSE, D of later tiles land while this one is computed on
     static constexpr int kThreads = 128 * (1 + kConsumerWGs);
 
@@ -46,19 +49,24 @@ struct HopperBwdTraits {
 
     // dQ = dS K is an m64n64 GEMM per warpgroup over all kBlockN keys: at d = 128 warpgroup w makes
     // columns 64w.. of the 64-query tile, at d = 64 query rows 64w.. of the 128-query tile.
+    // kDqTransposed (80-query tiles): warpgroup w makes rows 64w.. of dQ^T = K^T dS^T, an m64n80 GEMM (A = K
+    // read MN-major, B = dS stored [query][key], K-major), and its share is dQ^T's 64 x 80 in the registers' order.
+    static constexpr bool kDqTransposed = kBlockM % 64 != 0;
     static constexpr bool kDqSplitColumns = kHeadDim == 128;
     static constexpr int kDqKSteps = kBlockN / 16;
+    static constexpr int kDqN = kDqTransposed ? kBlockM : 64;   // the dQ GEMM's n
     static constexpr bool kDqViaSmem = kDqViaSmem_;   // SY_HOPPER_BWD_DQ_TMA
     // Else (not varlen) the consumers' atomics into the tile-major dq_accum (atomic_add_tiled), or row-major ones.
     static constexpr bool kDqTiledAdds = kDqTiledAdds_;
     static_assert(!(kDqViaSmem && kDqTiledAdds), "one way for dQ");
-    static constexpr int kDqShareFloats = 64 * 64;                    // = kBlockM * kHeadDim / kConsumerWGs
+    static constexpr int kDqShareFloats = kBlockM * kHeadDim / kConsumerWGs;   // 64 x 64 (80 tiles: 64 x 80)
 
     static constexpr int kKVBytes = kBlockN * kHeadDim * 2;     // K or V
     static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
     static constexpr int kQBytes = kBlockM * kHeadDim * 2;      // one stage of Q or dO
     static constexpr int kQPanelBytes = kBlockM * kRowBytes;
-    static constexpr int kDsPanelBytes = kBlockN * kRowBytes;   // dS^T: [kBlockM / 64][keys][64 queries]
+    // dS^T: [kBlockM / 64][keys][64 queries]; kDqTransposed dS: [kBlockN / 64][queries][64 keys].
+    static constexpr int kDsPanelBytes = (kDqTransposed ? kBlockM : kBlockN) * kRowBytes;
     static constexpr int kDsBytes = kBlockN * kBlockM * 2;
     static constexpr int kVecBytes = kBlockM * 4;               // one stage of LSE or D
     // 1024 bytes of slack to align the swizzle atoms; two dS^T buffers (a warpgroup may store tile i+1's
@@ -85,8 +93,11 @@ struct HopperBwdTraits {
     // setmaxnreg.inc for good: a hung kernel on the H100 (docs/notes-attention-bwd.md, session bwd21p).
     static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWGs <= 65536 / kThreads / 8 * 8 * kThreads,
                   "register file: the launch allocation");
-    static_assert(SY_ATTN_BWD_ROW_ALIGN % kBlockM == 0, "the padded LSE and D rows cover whole query tiles");
-    static_assert(kBlockM * kHeadDim == kConsumerWGs * kDqShareFloats, "a dQ share is 64 x 64");
+    // The padded LSE, D and dq_accum rows cover whole query tiles: SY_ATTN_BWD_ROW_ALIGN's, and 80-query tiles'
+    // through hopper_bwd_rows (hopper_bwd_launch.cuh).
+    static_assert(kDqTransposed || SY_ATTN_BWD_ROW_ALIGN % kBlockM == 0, "whole query tiles");
+    static_assert(!kDqTransposed || (kHeadDim == 128 && kBlockM == 80 && kDqViaSmem),
+                  "80-query tiles: d = 128, dQ through shared memory");
 };
 
 // Named barriers (0 is __syncthreads): both consumer warpgroups' dS^T stored (256 threads); dQ through
@@ -139,8 +150,9 @@ struct BwdSmem {
     float *lse, *delta;       // [kStages][kBlockM]: log2-scaled LSE (+inf on padding rows), D
     BwdBarriers<Tr> *bars;
 
-    // [kDqBuffers][kConsumerWGs][8][128 threads][4]: the dQ shares (SY_HOPPER_BWD_DQ_TMA), after dS^T (computed,
-    // not a member: the consumers keep the members in registers). Tile t of a block uses buffer t % dq_buffers().
+    // [kDqBuffers][kConsumerWGs][kDqShareFloats / 512][128 threads][4]: the dQ shares (SY_HOPPER_BWD_DQ_TMA), after
+    // dS^T (computed, not a member: the consumers keep the members in registers). Tile t of a block uses buffer
+    // t % dq_buffers().
     __device__ __forceinline__ float *dq(int buffer, int wg) const {
         return reinterpret_cast<float *>(ds + 2 * Tr::kDsBytes) +
                (buffer * Tr::kConsumerWGs + wg) * Tr::kDqShareFloats;

@@ -133,6 +133,11 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                  "r"(r2), "r"(r3) : "memory");
 }
+// The same with each matrix transposed (.trans): lane l addresses row l % 8 of matrix l / 8 of the transpose.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3) : "memory");
+}
 
 // Order this warp's earlier register writes (O rescale, P) before the wgmma that reads them.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -171,6 +176,7 @@ __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.a
 
 template <int kN> struct WgmmaN;
 template <> struct WgmmaN<64> { template <typename T> using Op = WgmmaM64N64<T>; };
+template <> struct WgmmaN<80> { template <typename T> using Op = WgmmaM64N80<T>; };
 template <> struct WgmmaN<128> { template <typename T> using Op = WgmmaM64N128<T>; };
 template <> struct WgmmaN<176> { template <typename T> using Op = WgmmaM64N176<T>; };
 template <> struct WgmmaN<192> { template <typename T> using Op = WgmmaM64N192<T>; };

@@ -8,6 +8,7 @@ the backward's formula runs on the CPU in float64 (the kernels have no float64 p
 else is marked `gpu` and skips where there is no CUDA GPU.
 """
 import math
+import re
 
 import pytest
 
@@ -285,6 +286,85 @@ def test_hopper_deterministic_backward_is_bit_identical_and_correct(d, dtype, ca
     atomic = our_grads(q, k, v, dout, **dict(kwargs, deterministic=False))
     for a, b in zip(first, atomic):
         assert relative_error(b, a.double()) <= 1e-2
+
+
+def cuda_kernel_names(fn):
+    """The demangled names of the CUDA kernels fn() launches, joined."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        torch.cuda.synchronize()
+    return " ".join(event.key for event in prof.key_averages()), result
+
+
+WIDE_TILES = re.compile(r"HopperBwdTraits<128, \d+, true, false, 80>")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("Nq, Nk", [(80, 128), (128, 200), (161, 77), (1000, 300)])
+def test_hopper_d128_without_a_band_runs_80_query_tiles(dtype, Nq, Nk):
+    """d = 128 without a band walks 80-query tiles (dQ^T per warpgroup, a transposed dQ share with its own
+    conversion kernel, workspaces of whole 80-row tiles from sy_attn_hopper_bwd_rows): one exact tile, Nq = 128
+    (two tiles, 160 rows: past the 128-row rounding), ragged last tiles, two batches and GQA (a tile past its
+    head's rows would add into the next head's). Gradients against float64, the deterministic mode bit-identical
+    and as close; a causal call keeps the 64-query tiles."""
+    if not on_hopper():
+        pytest.skip("the hopper backward needs an sm_90 GPU")
+    q, k, v, dout = gpu_inputs(2, 2, 2, Nq, Nk, 128, dtype, seed=Nq + Nk)
+    names, grads = cuda_kernel_names(lambda: our_grads(q, k, v, dout, kernel="hopper", deterministic=False))
+    assert WIDE_TILES.search(names) and "dq_tiled_convert_t_kernel" in names, names
+    refs = reference_grads(q, k, v, dout, out=our_output(q, k, v, kernel="hopper"))
+    assert_grads_close(grads, refs, dtype)
+    first, second = (our_grads(q, k, v, dout, kernel="hopper", deterministic=True) for _ in range(2))
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    assert_grads_close(first, refs, dtype)
+    names, _ = cuda_kernel_names(lambda: our_grads(q, k, v, dout, kernel="hopper", is_causal=True))
+    assert not WIDE_TILES.search(names) and "dq_tiled_convert_kernel" in names, names
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["mma", "hopper"])
+def test_a_non_contiguous_lse_gives_the_bits_of_a_contiguous_one(kernel):
+    """The ring's backward steps pass row slices of the merged out and lse (non-contiguous views): _launch_bwd copies
+    lse, and the copy must live until the kernels have read it. (A copy freed at once handed its memory to the
+    workspaces allocated after it, and the preprocess overwrote the LSE: gradients off by 1e3.)"""
+    if kernel not in tensor_core_kernels():
+        pytest.skip("kernel='hopper' needs an sm_90 GPU")
+    q, k, v, dout = gpu_inputs(1, 2, 4, 512, 512, 128, torch.bfloat16, seed=3)
+    scale = 1 / math.sqrt(128)
+    out, lse = cuda._launch(q, k, v, None, False, scale, kernel)
+    rows = slice(256, None)
+    views = (dout[:, :, rows], q[:, :, rows], k, v, out[:, :, rows], lse[:, :, rows])
+    assert not lse[:, :, rows].is_contiguous()
+    # Deterministic: the atomic modes add dQ in a different order each run, so only this mode can compare bits.
+    sliced = cuda._launch_bwd(*views, None, False, scale, True, kernel)
+    copied = cuda._launch_bwd(*(t.contiguous() for t in views), None, False, scale, True, kernel)
+    for a, b in zip(sliced, copied):
+        assert torch.equal(a, b)
+    assert_grads_close(sliced, reference_grads(*views[1:4], views[0], out=views[4]), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_hopper_bwd_rows_cover_whole_80_query_tiles():
+    """sy_attn_hopper_bwd_rows: Nq rounded up to SY_ATTN_BWD_ROW_ALIGN (128), after whole 80-row tiles where the
+    backward walks them (d = 128 without a band, attn_mask, dropout or varlen)."""
+    if not on_hopper():
+        pytest.skip("the hopper backward needs an sm_90 GPU")
+    ffi, lib = cuda.library(cuda.device_arch(torch.device("cuda")))
+    cu_seqlens = ffi.new("int[2]", [0, 4096])
+
+    def rows(n, d=128, causal=0, dropout_p=0.0, varlen=False):
+        p = ffi.new("sy_attn_bwd_params *")
+        p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = 1, 1, 1, n, n, d
+        p.is_causal, p.dropout_p = causal, dropout_p
+        if varlen:
+            p.cu_seqlens_q = p.cu_seqlens_k = cu_seqlens
+            p.max_seqlen_q = p.max_seqlen_k = n
+        return lib.sy_attn_hopper_bwd_rows(p)
+    assert [rows(n) for n in (1, 80, 81, 128, 1024, 4096)] == [128, 128, 256, 256, 1152, 4224]
+    assert rows(4096, d=64) == rows(4096, causal=1) == rows(4096, dropout_p=0.1) == rows(4096, varlen=True) == 4096
+    assert rows(1000, d=64) == 1024
 
 
 @pytest.mark.gpu

@@ -390,7 +390,29 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
         # The hopper backwards have no separate dQ pass: they accumulate dQ into dq_accum at every length.
         deterministic = deterministic or (not hopper and not hopper256 and attn_mask is None
                                           and Nk <= SEPARATE_DQ_MAX_KEYS)
-        rows = -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
+    p = ffi.new("sy_attn_bwd_params *")
+    for field, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout),
+                     ("dq", grads[0]), ("dk", grads[1]), ("dv", grads[2])):
+        setattr(p, field, ffi.cast("void *", t.data_ptr()))
+        getattr(p, f"{field}_strides")[0:3] = list(t.stride()[:3])
+    # A non-contiguous lse (the ring's row slices) is copied; the copy is held in `lse` until the kernels have read
+    # it. (Cast from a temporary, its memory went back to the caching allocator at once and the workspaces allocated
+    # below took it: the preprocess overwrote the LSE, gradients off by 1e3; session 2026-11-29e.)
+    lse = lse.contiguous()
+    p.lse = ffi.cast("float *", lse.data_ptr())
+    p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
+    p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
+    _set_band(p, causal_offset, window)
+    if attn_mask is not None:
+        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "hopper" if hopper else "mma", d, backward=True, band=bounds)
+        _fill_mask_params(p, ffi, mask)
+    _set_dropout(p, dropout)
+    p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
+    if tensor_cores:
+        # Rows a head of the workspaces: the hopper kernel's own count (whole query tiles of its launch, which the
+        # parameters above decide), else Nq rounded up.
+        align = lib.SY_ATTN_BWD_ROW_ALIGN
+        rows = lib.sy_attn_hopper_bwd_rows(p) if hopper else -(-Nq // align) * align
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
         if hopper or hopper256:   # whole query tiles (tile-major), then the deterministic mode's per-tile counters
             dq_accum = torch.empty(B * Hq * rows * d + (B * Hq * rows // 64 if deterministic else 0), **f32)
@@ -401,23 +423,9 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
         delta, lse_log2 = torch.empty((B, Hq, Nq), **f32), None
         dq_accum = torch.empty((B, Hq, Nq, d), **f32)
         dk_accum, dv_accum = (torch.empty((B, Hq, Nk, d), **f32) for _ in range(2))
-    p = ffi.new("sy_attn_bwd_params *")
-    for field, t in (("q", q), ("k", k), ("v", v), ("o", out), ("dout", dout),
-                     ("dq", grads[0]), ("dk", grads[1]), ("dv", grads[2])):
-        setattr(p, field, ffi.cast("void *", t.data_ptr()))
-        getattr(p, f"{field}_strides")[0:3] = list(t.stride()[:3])
-    p.lse = ffi.cast("float *", lse.contiguous().data_ptr())
     for field, t in (("dq_accum", dq_accum), ("dk_accum", dk_accum), ("dv_accum", dv_accum), ("delta", delta),
                      ("lse_log2", lse_log2)):
         setattr(p, field, ffi.NULL if t is None else ffi.cast("float *", t.data_ptr()))
-    p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
-    p.scale, p.is_causal, p.deterministic = scale, int(is_causal), int(deterministic)
-    _set_band(p, causal_offset, window)
-    if attn_mask is not None:
-        mask = _prepare_mask(attn_mask, (B, Hq, Nq, Nk), "hopper" if hopper else "mma", d, backward=True, band=bounds)
-        _fill_mask_params(p, ffi, mask)
-    _set_dropout(p, dropout)
-    p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     launch = lib.sy_attn_hopper_bwd if hopper else lib.sy_attn_hopper_bwd256 if hopper256 \
         else lib.sy_attn_mma_bwd if tensor_cores else lib.sy_attn_tiled_bwd
     status = cuda_build.launch_on(q.device, launch, p)
