@@ -571,44 +571,14 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 }  // namespace sy_attn
 
 // ---- host -----------------------------------------------------------------------------------------------
-#include "hopper_bwd_launch.cuh"   // launch, launch_causal, launch_dropout, launch_head_dim (they name hopper_bwd_kernel)
+#include "hopper_bwd_launch.cuh"   // the launch (it names hopper_bwd_kernel) and the entry point's checks
 
 extern "C" int sy_attn_hopper_bwd_rows(const sy_attn_bwd_params *params) { return sy_attn::hopper_bwd_rows(*params); }
 
 extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream) {
     using namespace sy_attn;
-    int status = check_bwd_params(params);
+    const int status = check_hopper_bwd(params);
     if (status != kOk) return status;
-    const sy_attn_bwd_params &p = *params;
-    if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
-    if (p.dtype == SY_ATTN_F32) return kUnsupported;
-    if (p.mask && !p.mask_lists) return kUnsupported;   // attn_mask: tile by tile only (its lists)
-    // A mask with varlen or the deterministic order: not instantiated (the mma backward or the torch-math
-    // backward serves them). A band beside the mask is served (kBandMask takes the launch's band), with
-    // dropout not (launch_head_dim).
-    if (p.mask_lists && (p.cu_seqlens_q || p.deterministic)) return kUnsupported;
-    // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
-    if (p.deterministic && (SY_HOPPER_BWD_DQ_TMA != 1 || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
-                            (p.dropout_p != 0.f && !SY_HOPPER_BWD_DROPOUT_TMA)))
-        return kUnsupported;
-    if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
-    if (!device_is_sm90()) return kUnsupported;
-    if (!p.lse_log2 || !p.dq_accum) return kInvalid;
-    if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;
-    // Misaligned views: the Python layer copies them first; a direct C caller gets SY_EUNSUPPORTED.
-    const int map_batch = p.cu_seqlens_q ? 1 : p.batch;   // varlen: one packed "batch"
-    if (!tma_aligned(p.q, p.q_strides, map_batch, p.heads_q, p.seqlen_q) ||
-        !tma_aligned(p.dout, p.dout_strides, map_batch, p.heads_q, p.seqlen_q) ||
-        !tma_aligned(p.k, p.k_strides, map_batch, p.heads_kv, p.seqlen_k) ||
-        !tma_aligned(p.v, p.v_strides, map_batch, p.heads_kv, p.seqlen_k))
-        return kUnsupported;
-    if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr) ||
-        (p.cu_seqlens_q && (p.max_seqlen_q < 1 || p.max_seqlen_k < 1)))
-        return kInvalid;
-    const int64_t *out_strides[3] = {p.dq_strides, p.dk_strides, p.dv_strides};
-    const void *outs[3] = {p.dq, p.dk, p.dv};
-    for (int i = 0; i < 3; ++i)
-        if (reinterpret_cast<uintptr_t>(outs[i]) % 4 != 0 || out_strides[i][2] % 2 != 0) return kInvalid;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    return p.dtype == SY_ATTN_BF16 ? launch_head_dim<__nv_bfloat16>(p, s) : launch_head_dim<__half>(p, s);
+    return params->dtype == SY_ATTN_BF16 ? launch_head_dim<__nv_bfloat16>(*params, s) : launch_head_dim<__half>(*params, s);
 }

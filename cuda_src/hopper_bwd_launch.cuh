@@ -1,6 +1,7 @@
 // The hopper backward's host launch (attention_hopper_bwd.cu, included there after hopper_bwd_kernel): one
 // instantiation's tensor maps, workspaces and kernels (preprocess, the backward, the dQ conversion, GQA's
-// dK / dV sums), and the head dim, band, mask, dropout or varlen mode picked at run time (launch_head_dim).
+// dK / dV sums), the head dim, band, mask, dropout or varlen mode picked at run time (launch_head_dim), and the
+// entry point's checks of a call (check_hopper_bwd).
 #pragma once
 
 namespace sy_attn {
@@ -154,6 +155,45 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     return p.head_dim == 64 ? launch_causal<TraitsD64, T, 0>(p, rows_per_head, stream)
                             : launch_causal<TraitsD128, T, 0>(p, rows_per_head, stream);
 }
+
+// sy_attn_hopper_bwd's checks of a call: kOk, or the status it answers (kUnsupported where another backward serves
+// the call, kInvalid for parameters no backward takes).
+inline int check_hopper_bwd(const sy_attn_bwd_params *params) {
+    int status = check_bwd_params(params);
+    if (status != kOk) return status;
+    const sy_attn_bwd_params &p = *params;
+    if (p.head_dim != 64 && p.head_dim != 128) return kUnsupported;
+    if (p.dtype == SY_ATTN_F32) return kUnsupported;
+    if (p.mask && !p.mask_lists) return kUnsupported;   // attn_mask: tile by tile only (its lists)
+    // A mask with varlen or the deterministic order: not instantiated (the mma backward or the torch-math
+    // backward serves them). A band beside the mask is served (kBandMask takes the launch's band), with
+    // dropout not (launch_head_dim).
+    if (p.mask_lists && (p.cu_seqlens_q || p.deterministic)) return kUnsupported;
+    // Deterministic: dQ through shared memory only (not varlen, not fp16 at d = 64: SY_HOPPER_BWD_DQ_TMA).
+    if (p.deterministic && (SY_HOPPER_BWD_DQ_TMA != 1 || p.cu_seqlens_q || (p.dtype == SY_ATTN_F16 && p.head_dim == 64) ||
+                            (p.dropout_p != 0.f && !SY_HOPPER_BWD_DROPOUT_TMA)))
+        return kUnsupported;
+    if (!check_band(p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k)) return kInvalid;
+    if (!device_is_sm90()) return kUnsupported;
+    if (!p.lse_log2 || !p.dq_accum) return kInvalid;
+    if (p.heads_q != p.heads_kv && (!p.dk_accum || !p.dv_accum)) return kInvalid;
+    // Misaligned views: the Python layer copies them first; a direct C caller gets SY_EUNSUPPORTED.
+    const int map_batch = p.cu_seqlens_q ? 1 : p.batch;   // varlen: one packed "batch"
+    if (!tma_aligned(p.q, p.q_strides, map_batch, p.heads_q, p.seqlen_q) ||
+        !tma_aligned(p.dout, p.dout_strides, map_batch, p.heads_q, p.seqlen_q) ||
+        !tma_aligned(p.k, p.k_strides, map_batch, p.heads_kv, p.seqlen_k) ||
+        !tma_aligned(p.v, p.v_strides, map_batch, p.heads_kv, p.seqlen_k))
+        return kUnsupported;
+    if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr) ||
+        (p.cu_seqlens_q && (p.max_seqlen_q < 1 || p.max_seqlen_k < 1)))
+        return kInvalid;
+    const int64_t *out_strides[3] = {p.dq_strides, p.dk_strides, p.dv_strides};
+    const void *outs[3] = {p.dq, p.dk, p.dv};
+    for (int i = 0; i < 3; ++i)
+        if (reinterpret_cast<uintptr_t>(outs[i]) % 4 != 0 || out_strides[i][2] % 2 != 0) return kInvalid;
+    return kOk;
+}
+
 
 }  // namespace
 }  // namespace sy_attn

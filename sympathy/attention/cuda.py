@@ -395,9 +395,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
                      ("dq", grads[0]), ("dk", grads[1]), ("dv", grads[2])):
         setattr(p, field, ffi.cast("void *", t.data_ptr()))
         getattr(p, f"{field}_strides")[0:3] = list(t.stride()[:3])
-    # A non-contiguous lse (the ring's row slices) is copied; the copy is held in `lse` until the kernels have read
-    # it. (Cast from a temporary, its memory went back to the caching allocator at once and the workspaces allocated
-    # below took it: the preprocess overwrote the LSE, gradients off by 1e3; session 2026-11-29e.)
+    # Held until the kernels ran: a temporary copy of a sliced lse (the ring's) went back to the allocator at once,
+    # and the workspaces below reused it (the preprocess overwrote the LSE: tests/test_attention_gpu_backward.py).
     lse = lse.contiguous()
     p.lse = ffi.cast("float *", lse.data_ptr())
     p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = B, Hq, Hkv, Nq, Nk, d
@@ -409,10 +408,8 @@ def _launch_bwd(dout, q, k, v, out, lse, attn_mask, is_causal: bool, scale: floa
     _set_dropout(p, dropout)
     p.dtype = _DTYPE_CODES[str(q.dtype).replace("torch.", "")]
     if tensor_cores:
-        # Rows a head of the workspaces: the hopper kernel's own count (whole query tiles of its launch, which the
-        # parameters above decide), else Nq rounded up.
-        align = lib.SY_ATTN_BWD_ROW_ALIGN
-        rows = lib.sy_attn_hopper_bwd_rows(p) if hopper else -(-Nq // align) * align
+        # Rows a head: the hopper kernel's own count (whole query tiles of the launch the parameters above pick).
+        rows = lib.sy_attn_hopper_bwd_rows(p) if hopper else -(-Nq // lib.SY_ATTN_BWD_ROW_ALIGN) * lib.SY_ATTN_BWD_ROW_ALIGN
         delta, lse_log2 = torch.empty((B, Hq, rows), **f32), torch.empty((B, Hq, rows), **f32)
         if hopper or hopper256:   # whole query tiles (tile-major), then the deterministic mode's per-tile counters
             dq_accum = torch.empty(B * Hq * rows * d + (B * Hq * rows // 64 if deterministic else 0), **f32)
