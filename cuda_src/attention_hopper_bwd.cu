@@ -579,6 +579,7 @@ extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream
     using namespace sy_attn;
     const int status = check_hopper_bwd(params);
     if (status != kOk) return status;
+    const sy_attn_bwd_params &p = *params;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    return params->dtype == SY_ATTN_BF16 ? launch_head_dim<__nv_bfloat16>(*params, s) : launch_head_dim<__half>(*params, s);
+    return p.dtype == SY_ATTN_BF16 ? launch_head_dim<__nv_bfloat16>(p, s) : launch_head_dim<__half>(p, s);
 }

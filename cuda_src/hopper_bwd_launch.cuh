@@ -87,7 +87,8 @@ int launch_dropout(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t 
 // Whether a launch takes the 80-query tiles (SY_HOPPER_BWD_D128_BLOCK_M): d = 128 without a band, attn_mask,
 // dropout or varlen, dQ through shared memory (SY_HOPPER_BWD_DQ_TMA = 1).
 inline bool wide_tiles(const sy_attn_bwd_params &p) {
-    if (SY_HOPPER_BWD_D128_BLOCK_M != 80 || SY_HOPPER_BWD_DQ_TMA != 1 || p.head_dim != 128 || p.mask_lists || p.dropout_p > 0.f || p.cu_seqlens_q)
+    if (SY_HOPPER_BWD_D128_BLOCK_M != 80 || SY_HOPPER_BWD_DQ_TMA != 1 || p.head_dim != 128 || p.mask_lists ||
+        p.dropout_p > 0.f || p.cu_seqlens_q)
         return false;
     int mode;
     make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k, &mode);
