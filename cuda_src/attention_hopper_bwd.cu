@@ -573,7 +573,9 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
 // ---- host -----------------------------------------------------------------------------------------------
 #include "hopper_bwd_launch.cuh"   // the launch (it names hopper_bwd_kernel) and the entry point's checks
 
-extern "C" int sy_attn_hopper_bwd_rows(const sy_attn_bwd_params *params) { return sy_attn::hopper_bwd_rows(*params); }
+extern "C" int sy_attn_hopper_bwd_rows(const sy_attn_bwd_params *params) {
+    return sy_attn::hopper_bwd_rows(*params, sy_attn::wide_tiles(*params));
+}
 
 extern "C" int sy_attn_hopper_bwd(const sy_attn_bwd_params *params, void *stream) {
     using namespace sy_attn;

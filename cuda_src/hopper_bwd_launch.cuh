@@ -97,16 +97,17 @@ inline bool wide_tiles(const sy_attn_bwd_params &p) {
 
 // Rows per head of the delta, lse_log2 and dq_accum workspaces (sy_attn_hopper_bwd_rows): Nq (varlen:
 // max_seqlen_q) rounded up to SY_ATTN_BWD_ROW_ALIGN, after rounding up to whole 80-query tiles where they are
-// used: the last tile's LSE and D loads and its dQ shares stay inside the head's rows.
-inline int hopper_bwd_rows(const sy_attn_bwd_params &p) {
+// used (wide: wide_tiles(p)): the last tile's LSE and D loads and its dQ shares stay inside the head's rows.
+inline int hopper_bwd_rows(const sy_attn_bwd_params &p, bool wide) {
     const int rows = p.cu_seqlens_q ? p.max_seqlen_q : p.seqlen_q;
-    return ceil_div(wide_tiles(p) ? ceil_div(rows, 80) * 80 : rows, SY_ATTN_BWD_ROW_ALIGN) * SY_ATTN_BWD_ROW_ALIGN;
+    return ceil_div(wide ? ceil_div(rows, 80) * 80 : rows, SY_ATTN_BWD_ROW_ALIGN) * SY_ATTN_BWD_ROW_ALIGN;
 }
 
 // The head dim, the mask's lists, dropout and varlen pick the instantiation.
 template <typename T>
 int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
-    const int rows_per_head = hopper_bwd_rows(p);
+    const bool wide = wide_tiles(p);
+    const int rows_per_head = hopper_bwd_rows(p, wide);
     // dQ through shared memory except fp16 at d = 64 (SY_HOPPER_BWD_DQ_TMA says why), which adds tile-major.
     constexpr bool kTmaD64 = SY_HOPPER_BWD_DQ_TMA == 1 && !std::is_same<T, __half>::value;
     using TraitsD64 = HopperBwdTraits<64, kTmaD64 ? SY_HOPPER_BWD_D64_TMA_STAGES : SY_HOPPER_BWD_D64_STAGES, kTmaD64,
@@ -146,7 +147,7 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
     if (p.cu_seqlens_q)
         return p.head_dim == 64 ? launch_causal<TraitsD64, T, kVarlenFlag>(p, rows_per_head, stream)
                                 : launch_causal<TraitsD128, T, kVarlenFlag>(p, rows_per_head, stream);
-    if (wide_tiles(p)) {
+    if (wide) {
         using TraitsWide = HopperBwdTraits<128, SY_HOPPER_BWD_D128_STAGES, true, false, 80>;
         int mode;
         const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right,

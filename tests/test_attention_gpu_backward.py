@@ -195,6 +195,14 @@ def test_gradients_on_fixed_edge_shapes(kernel, Nq, Nk, d, group, causal):
         assert_grads_close(grads, reference_grads(q, k, v, dout, out=out, is_causal=causal), torch.bfloat16)
 
 
+def cuda_kernel_names(fn):
+    """The demangled names of the CUDA kernels fn() launches, joined."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        torch.cuda.synchronize()
+    return " ".join(event.key for event in prof.key_averages()), result
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("deterministic, d, dtype, expected, absent", [
     (False, 128, torch.float16, "hopper_bwd_kernel", "dkdv_kernel"),
@@ -211,10 +219,7 @@ def test_hopper_forward_takes_the_hopper_backward_unless_deterministic_fp16_d64(
     q, k, v, dout = gpu_inputs(1, 2, 1, 4096, 4096, d, dtype, seed=5)
     leaves = [t.requires_grad_() for t in (q, k, v)]
     out = sy.attention.scaled_dot_product_attention(*leaves, kernel="hopper", deterministic=deterministic)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out.backward(dout)
-        torch.cuda.synchronize()
-    names = " ".join(event.key for event in prof.key_averages())
+    names, _ = cuda_kernel_names(lambda: out.backward(dout))
     assert expected in names and absent not in names
 
 
@@ -286,14 +291,6 @@ def test_hopper_deterministic_backward_is_bit_identical_and_correct(d, dtype, ca
     atomic = our_grads(q, k, v, dout, **dict(kwargs, deterministic=False))
     for a, b in zip(first, atomic):
         assert relative_error(b, a.double()) <= 1e-2
-
-
-def cuda_kernel_names(fn):
-    """The demangled names of the CUDA kernels fn() launches, joined."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        result = fn()
-        torch.cuda.synchronize()
-    return " ".join(event.key for event in prof.key_averages()), result
 
 
 WIDE_TILES = re.compile(r"HopperBwdTraits<128, \d+, true, false, 80>")
