@@ -536,10 +536,16 @@ hopper_bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constan
         constexpr bool kLocalDropout = (kMode & kDropoutFlag) != 0 && (kMode & 3) == kBandLocal;
         constexpr bool kCountMasked = (kMode & kDropoutFlag) != 0 && ((kMode & 3) == kBandCausal || kLocalDropout);
         if constexpr (kCountMasked) i = (min(queries.unmasked_begin, queries.end) - queries.begin) << 26;
-        // Dropout at d = 64 without a band: the loop's end read from the launch's parameters at each test (a
-        // volatile move), not held in a register across the loop (ptxas put it in local memory: 4 bytes).
-        constexpr bool kEndFromParams = (kMode & kDropoutFlag) != 0 && Tr::kHeadDim == 64 && (kMode & 3) == kBandNone;
-        for (int m = queries.begin; m < (kEndFromParams ? pinned_tiles<Tr>(p.seqlen_q) : queries.end); ++m, ++i) {
+        // Dropout at d = 64 without a band, and causal 80-query tiles: the loop's end read from the launch's
+        // parameters at each test (a volatile move), not held in a register across the loop (ptxas put it, or
+        // unmasked_begin beside it, in local memory: 4-8 bytes). Causal: a nonempty range ends at the last tile
+        // (the open side of the band), an empty one starts there.
+        constexpr bool kCausalWide = Tr::kDqTransposed && kMode == kBandCausal;
+        constexpr bool kEndFromParams =
+            ((kMode & kDropoutFlag) != 0 && Tr::kHeadDim == 64 && (kMode & 3) == kBandNone) || kCausalWide;
+        const int m_begin = kCausalWide && queries.begin == queries.end ? ceil_div(p.seqlen_q, Tr::kBlockM)
+                                                                         : queries.begin;
+        for (int m = m_begin; m < (kEndFromParams ? pinned_tiles<Tr>(p.seqlen_q) : queries.end); ++m, ++i) {
             constexpr int kBand = kMode & 3;
             if constexpr (kBand == kBandMask) {   // entry m of the list: a full tile unmasked, a partial one masked
                 const int e = __ldg(list + 1 + m);

@@ -60,3 +60,12 @@
 #ifndef SY_HOPPER_BWD_D128_BLOCK_M
 #define SY_HOPPER_BWD_D128_BLOCK_M 80
 #endif
+// Causal launches at d = 128 (no window, mask, dropout or varlen) take the 80-query tiles too from this many query
+// rows on (0: never; below it they keep the 64-query tiles, FlashAttention-4's causal choice). Causal, the key block's
+// diagonal crosses up to three 80-row tiles instead of three 64-row ones, so the masked work grows while the
+// unmasked tiles gain what they gain without a band; the gain wins once the unmasked tiles dominate. Measured
+// forward + backward at every causal length against 64 (bf16, H200, same calls, docs/notes-attention-bwd.md, session
+// 2026-11-29f): N = 1024 / 2048 / 4096 -2.6 / -1.8 / -0.8 %, 8192 +1.0 and +1.9 % (two calls), 16384 +2.6 %.
+#ifndef SY_HOPPER_BWD_D128_CAUSAL_WIDE_MIN_Q
+#define SY_HOPPER_BWD_D128_CAUSAL_WIDE_MIN_Q 8192
+#endif

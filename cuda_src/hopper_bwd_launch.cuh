@@ -84,15 +84,17 @@ int launch_dropout(const sy_attn_bwd_params &p, int rows_per_head, cudaStream_t 
 }
 
 
-// Whether a launch takes the 80-query tiles (SY_HOPPER_BWD_D128_BLOCK_M): d = 128 without a band, attn_mask,
-// dropout or varlen, dQ through shared memory (SY_HOPPER_BWD_DQ_TMA = 1).
+// Whether a launch takes the 80-query tiles (SY_HOPPER_BWD_D128_BLOCK_M): d = 128 without a band (or causal from
+// SY_HOPPER_BWD_D128_CAUSAL_WIDE_MIN_Q query rows on), attn_mask, dropout or varlen, dQ through shared memory
+// (SY_HOPPER_BWD_DQ_TMA = 1).
 inline bool wide_tiles(const sy_attn_bwd_params &p) {
     if (SY_HOPPER_BWD_D128_BLOCK_M != 80 || SY_HOPPER_BWD_DQ_TMA != 1 || p.head_dim != 128 || p.mask_lists ||
         p.dropout_p > 0.f || p.cu_seqlens_q)
         return false;
     int mode;
     make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k, &mode);
-    return mode == kBandNone;
+    return mode == kBandNone || (mode == kBandCausal && SY_HOPPER_BWD_D128_CAUSAL_WIDE_MIN_Q > 0 &&
+                                 p.seqlen_q >= SY_HOPPER_BWD_D128_CAUSAL_WIDE_MIN_Q);
 }
 
 // Rows per head of the delta, lse_log2 and dq_accum workspaces (sy_attn_hopper_bwd_rows): Nq (varlen:
@@ -152,6 +154,8 @@ int launch_head_dim(const sy_attn_bwd_params &p, cudaStream_t stream) {
         int mode;
         const Band band = make_band(p.is_causal, p.causal_offset, p.has_window, p.window_left, p.window_right,
                                     p.seqlen_q, p.seqlen_k, &mode);
+        if constexpr (SY_HOPPER_BWD_D128_CAUSAL_WIDE_MIN_Q > 0)
+            if (mode == kBandCausal) return launch<TraitsWide, T, kBandCausal>(p, rows_per_head, band, stream);
         return launch<TraitsWide, T, kBandNone>(p, rows_per_head, band, stream);
     }
     return p.head_dim == 64 ? launch_causal<TraitsD64, T, 0>(p, rows_per_head, stream)

@@ -10,6 +10,9 @@
 #   libs13.whl libs13.part.`: part aa (+ cuda-bindings) in one call's carry, part ab, libs13.sha and the rest
 #   in the next, each call copying its folder to /tmp/fa4in; then this script, with .device and a prebuilt
 #   SYMPATHY_CACHE_DIR carried, on the still-warm machine (it goes back after ~30 s idle).
+#   Where libraries travel in the same calls (the working tree counts against the 64 MiB too), the libs-cu13 wheel's
+#   contents as an xz tar are 64 MB instead of 92 (unzip; tar c | xz -9, ~5 min on two cores), split in two and
+#   untarred over the other wheels' --target install: docs/runs/h200-2026-11-29f/call2/command.sh.
 set -u
 (cd /tmp/fa4in && cat libs13.part.aa libs13.part.ab > libs13.whl && sha256sum -c libs13.sha && mv libs13.whl nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl && rm libs13.part.*) || exit 1
 python3 -m pip install -q --no-deps --no-compile --target /tmp/fa4site /tmp/fa4in/*.whl 2>&1 | tail -3

@@ -304,7 +304,7 @@ def test_hopper_d128_without_a_band_runs_80_query_tiles(dtype, Nq, Nk):
     conversion kernel, workspaces of whole 80-row tiles from sy_attn_hopper_bwd_rows): one exact tile, Nq = 128
     (two tiles, 160 rows: past the 128-row rounding), ragged last tiles, two batches and GQA (a tile past its
     head's rows would add into the next head's). Gradients against float64, the deterministic mode bit-identical
-    and as close; a causal call keeps the 64-query tiles."""
+    and as close; a causal call (below 8192 query rows) keeps the 64-query tiles."""
     if not on_hopper():
         pytest.skip("the hopper backward needs an sm_90 GPU")
     q, k, v, dout = gpu_inputs(2, 2, 2, Nq, Nk, 128, dtype, seed=Nq + Nk)
@@ -318,6 +318,28 @@ def test_hopper_d128_without_a_band_runs_80_query_tiles(dtype, Nq, Nk):
     assert_grads_close(first, refs, dtype)
     names, _ = cuda_kernel_names(lambda: our_grads(q, k, v, dout, kernel="hopper", is_causal=True))
     assert not WIDE_TILES.search(names) and "dq_tiled_convert_kernel" in names, names
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("Nq, Nk", [(8192, 8192), (8200, 8500), (8277, 5000)])
+def test_hopper_d128_causal_long_runs_80_query_tiles(dtype, Nq, Nk):
+    """Causal at d = 128 from SY_HOPPER_BWD_D128_CAUSAL_WIDE_MIN_Q (8192) query rows on walks the 80-query tiles
+    too, with the diagonal's masked tiles and the loop's end read from the parameters: square, Nk > Nq (torch's
+    top-left diagonal: the key blocks past the last query see no tile, an empty range), Nk < Nq with ragged tiles; GQA.
+    Gradients against float64, the deterministic mode (key blocks descending from the diagonal) bit-identical."""
+    if not on_hopper():
+        pytest.skip("the hopper backward needs an sm_90 GPU")
+    q, k, v, dout = gpu_inputs(1, 2, 2, Nq, Nk, 128, dtype, seed=Nq + Nk + 1)
+    names, grads = cuda_kernel_names(lambda: our_grads(q, k, v, dout, kernel="hopper", is_causal=True,
+                                                       deterministic=False))
+    assert WIDE_TILES.search(names) and "dq_tiled_convert_t_kernel" in names, names
+    refs = reference_grads(q, k, v, dout, out=our_output(q, k, v, kernel="hopper", is_causal=True), is_causal=True)
+    assert_grads_close(grads, refs, dtype)
+    first, second = (our_grads(q, k, v, dout, kernel="hopper", is_causal=True, deterministic=True) for _ in range(2))
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    assert_grads_close(first, refs, dtype)
 
 
 @pytest.mark.gpu
@@ -345,7 +367,7 @@ def test_a_non_contiguous_lse_gives_the_bits_of_a_contiguous_one(kernel):
 @pytest.mark.gpu
 def test_hopper_bwd_rows_cover_whole_80_query_tiles():
     """sy_attn_hopper_bwd_rows: Nq rounded up to SY_ATTN_BWD_ROW_ALIGN (128), after whole 80-row tiles where the
-    backward walks them (d = 128 without a band, attn_mask, dropout or varlen)."""
+    backward walks them (d = 128 without a band, attn_mask, dropout or varlen; causal from 8192 query rows)."""
     if not on_hopper():
         pytest.skip("the hopper backward needs an sm_90 GPU")
     ffi, lib = cuda.library(cuda.device_arch(torch.device("cuda")))
@@ -361,6 +383,7 @@ def test_hopper_bwd_rows_cover_whole_80_query_tiles():
         return lib.sy_attn_hopper_bwd_rows(p)
     assert [rows(n) for n in (1, 80, 81, 128, 1024, 4096)] == [128, 128, 256, 256, 1152, 4224]
     assert rows(4096, d=64) == rows(4096, causal=1) == rows(4096, dropout_p=0.1) == rows(4096, varlen=True) == 4096
+    assert rows(8192, causal=1) == 8320 and rows(8191, causal=1) == 8192   # causal: wide from 8192 rows
     assert rows(1000, d=64) == 1024
 
 
