@@ -287,7 +287,7 @@ dkdv_kernel(const sy_attn_bwd_params p, int rows_per_head, const Band band) {
                 gemm_abt<Tr, T>(rS, sK_a, sQ_b + tile_offset);
                 scores_to_p(rS);
                 // Dropout: the slice's keep bits, for P^T (dV) and dP^T (dS).
-                uint4 keep[Tr::kNTilesSlice / 4];
+                [[maybe_unused]] uint4 keep[Tr::kNTilesSlice / 4];   // dropout only
                 if constexpr (kDropout) keep_cols_all(keep, make_dropout(p, b, h), key_row0 + lane / 4, m0 + q0, lane);
                 // dV += P^T dO
                 {
