@@ -296,6 +296,20 @@ def test_hopper_deterministic_backward_is_bit_identical_and_correct(d, dtype, ca
 WIDE_TILES = re.compile(r"HopperBwdTraits<128, \d+, true, false, 80>")
 
 
+def assert_80_query_tiles_correct(q, k, v, dout, dtype, is_causal):
+    """The backward runs the 80-query kernel and its transposed dQ conversion; its gradients match float64, and the
+    deterministic mode's are bit-identical across two runs and as close."""
+    kwargs = dict(kernel="hopper", is_causal=is_causal)
+    names, grads = cuda_kernel_names(lambda: our_grads(q, k, v, dout, deterministic=False, **kwargs))
+    assert WIDE_TILES.search(names) and "dq_tiled_convert_t_kernel" in names, names
+    refs = reference_grads(q, k, v, dout, out=our_output(q, k, v, **kwargs), is_causal=is_causal)
+    assert_grads_close(grads, refs, dtype)
+    first, second = (our_grads(q, k, v, dout, deterministic=True, **kwargs) for _ in range(2))
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    assert_grads_close(first, refs, dtype)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("Nq, Nk", [(80, 128), (128, 200), (161, 77), (1000, 300)])
@@ -308,14 +322,7 @@ def test_hopper_d128_without_a_band_runs_80_query_tiles(dtype, Nq, Nk):
     if not on_hopper():
         pytest.skip("the hopper backward needs an sm_90 GPU")
     q, k, v, dout = gpu_inputs(2, 2, 2, Nq, Nk, 128, dtype, seed=Nq + Nk)
-    names, grads = cuda_kernel_names(lambda: our_grads(q, k, v, dout, kernel="hopper", deterministic=False))
-    assert WIDE_TILES.search(names) and "dq_tiled_convert_t_kernel" in names, names
-    refs = reference_grads(q, k, v, dout, out=our_output(q, k, v, kernel="hopper"))
-    assert_grads_close(grads, refs, dtype)
-    first, second = (our_grads(q, k, v, dout, kernel="hopper", deterministic=True) for _ in range(2))
-    for a, b in zip(first, second):
-        assert torch.equal(a, b)
-    assert_grads_close(first, refs, dtype)
+    assert_80_query_tiles_correct(q, k, v, dout, dtype, is_causal=False)
     names, _ = cuda_kernel_names(lambda: our_grads(q, k, v, dout, kernel="hopper", is_causal=True))
     assert not WIDE_TILES.search(names) and "dq_tiled_convert_kernel" in names, names
 
@@ -331,15 +338,7 @@ def test_hopper_d128_causal_long_runs_80_query_tiles(dtype, Nq, Nk):
     if not on_hopper():
         pytest.skip("the hopper backward needs an sm_90 GPU")
     q, k, v, dout = gpu_inputs(1, 2, 2, Nq, Nk, 128, dtype, seed=Nq + Nk + 1)
-    names, grads = cuda_kernel_names(lambda: our_grads(q, k, v, dout, kernel="hopper", is_causal=True,
-                                                       deterministic=False))
-    assert WIDE_TILES.search(names) and "dq_tiled_convert_t_kernel" in names, names
-    refs = reference_grads(q, k, v, dout, out=our_output(q, k, v, kernel="hopper", is_causal=True), is_causal=True)
-    assert_grads_close(grads, refs, dtype)
-    first, second = (our_grads(q, k, v, dout, kernel="hopper", is_causal=True, deterministic=True) for _ in range(2))
-    for a, b in zip(first, second):
-        assert torch.equal(a, b)
-    assert_grads_close(first, refs, dtype)
+    assert_80_query_tiles_correct(q, k, v, dout, dtype, is_causal=True)
 
 
 @pytest.mark.gpu
