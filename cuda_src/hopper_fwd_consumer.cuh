@@ -65,6 +65,19 @@ struct Consumer {
     // Round robin over the consumers on named barriers 1..kConsumerWGs: barrier 1 + w completes when
     // warpgroup w waits on it and its predecessor has passed (2 x 128 threads).
     static constexpr int kLastWG = Tr::kConsumerWGs - 1;
+    // SY_HOPPER_FWD_MID_WAIT: unmasked blocks wait for the P V in flight between their two rows'
+    // exponentials (step, fold_split); 0: after both, pinned there by pin_softmax. FlashAttention-4's SASS
+    // waits inside its exponential stream and packs P between the MUFUs; ours ran all 66 MUFU.EX2, then the
+    // wait, then 32 F2FP in a row, and freed V's stage last. Here ptxas keeps 52 of the 66 ahead of the wait
+    // (it hoists the second row's register-only work; a volatile move on its maximum did not stop it: the same
+    // SASS) and interleaves the packing with the other 14. Measured on the H200 against the code before it
+    // (docs/notes-hopper.md, 2026-11-29h): d = 128 not causal +3-4 % at N = 1024 and 4096 (ncu, clocks locked,
+    // N = 4096: 986 us against 1030; FlashAttention-4's kernel 999), d = 64 +3 % not causal at N = 1024,
+    // level elsewhere (there the wait moved by one MUFU only).
+#ifndef SY_HOPPER_FWD_MID_WAIT
+#define SY_HOPPER_FWD_MID_WAIT 1
+#endif
+    static constexpr bool kMidWait = SY_HOPPER_FWD_MID_WAIT;
     __device__ __forceinline__ void wait_turn() { named_bar_sync(1 + wg, 256); }
     __device__ __forceinline__ void pass_turn() { named_bar_arrive(1 + (wg + 1) % Tr::kConsumerWGs, 256); }
 
@@ -217,6 +230,18 @@ struct Consumer {
         }
     }
 
+    // fold() (lazy) with the wait for P V of ring block kv between the first row's exponentials and the
+    // second's (kMidWait). The first row's sum is stored before the wait, as pin_softmax stores both, so
+    // its exponentials stay ahead of it.
+    __device__ __forceinline__ void fold_split(int kv) {
+        bool rescaled = softmax.fold_lazy_row(rS, 0, 0, scale_log2, Tr::kRescaleSlackLog2, alpha[0]);
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_addr(sm.sink + threadIdx.x - 128)), "f"(softmax.l_i[0]) : "memory");
+        wgmma_wait<0>();
+        retire_pv(kv);
+        rescaled |= softmax.fold_lazy_row(rS, 0, 1, scale_log2, Tr::kRescaleSlackLog2, alpha[1]);
+        rescale_pending = __any_sync(0xffffffffu, rescaled);
+    }
+
     // P to 16 bits: A fragment kk of P V is S tiles 2kk (keys +0..7) and 2kk+1 (keys +8..15).
     __device__ __forceinline__ void convert_p() {
 #pragma unroll
@@ -359,6 +384,14 @@ struct Consumer {
         wgmma_wait<1>();   // S_j is done (P V may still run)
         fence_regs(flat_s());
         release(&sm.bars->k_empty[stage_of(c.kv0 + j)]);
+        if constexpr (kMidWait && !kMask && !kDropout && Tr::kRescaleSlackLog2 > 0) {
+            // The wait for P_{j-1} V_{j-1} between the two rows' exponentials (FlashAttention-4's SASS has it
+            // there): V's stage is freed half a softmax sooner, and P's packing fills the second row's
+            // exponential stream instead of trailing it.
+            fold_split(c.kv0 + j - 1);
+            convert_p();
+            return;
+        }
         // A partial tile of attn_mask: P V has completed before its loads; with dropout its scores are dropped
         // in fp32 (drop_s), not in rP as elsewhere.
         constexpr bool kMaskWaits = kMask && kBand == kBandMask;

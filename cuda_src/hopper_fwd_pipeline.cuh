@@ -67,6 +67,12 @@ struct TileScheduler {
 #ifdef SY_HOPPER_DEVICE_CODE
 
 // ---- shared memory ----------------------------------------------------------------------------------
+// Where one block's K or V comes from: its ring index (kv_iter counts blocks over all tiles of this
+// block: it names the ring stage and its lap) and its key rows in the tensor map.
+struct KVBlock {
+    int kv_iter, row, h_kv, batch;
+};
+
 // The ring's barriers. Every consumer thread arrives on an empty barrier (128 x kConsumerWGs arrivals): it
 // releases the stage once its own wait_group returned, with no extra warpgroup barrier.
 template <class Tr>
@@ -77,6 +83,10 @@ struct Barriers {
     // The tile whose Q a q_full phase brings (n_tiles or more: no more tiles), written by the
     // producer before its q_full arrival (release), read by consumers after their wait (acquire).
     int tile[Tr::kQBuffers];
+    // SY_HOPPER_FWD_V_LAG: the block whose V the producer issues after the next block's K, kept here
+    // rather than in the producer thread's 24 registers (held there across a tile it spilled 8 bytes in
+    // the varlen and mask-list kernels).
+    KVBlock v_next;
 };
 
 template <class Tr>
@@ -218,27 +228,19 @@ __device__ __forceinline__ void produce_q(const SharedTiles<Tr> &sm, const CUten
                     tl.h, kVarlen ? 0 : tl.b);
 }
 
-// K and V of key rows row.. (one block) into ring stage kv_iter % kStages, once the consumers released it.
+// K or V of block b into ring stage b.kv_iter % kStages, once the consumers released it. A fresh
+// barrier counts as having completed the phase before its first, so the first lap waits on parity 1
+// and passes at once; lap L waits for the consumers' release of lap L-1.
 template <class Tr>
-__device__ __forceinline__ void produce_kv(const SharedTiles<Tr> &sm, const CUtensorMap *tm_k, const CUtensorMap *tm_v,
-                                           int kv_iter, int row, int h_kv, int batch) {
-    Barriers<Tr> &bar = *sm.bars;
-    const int stage = kv_iter % Tr::kStages;
-    // A fresh barrier counts as having completed the phase before its first, so the first lap
-    // waits on parity 1 and passes at once; lap L waits for the consumers' release of lap L-1.
-    const uint32_t empty_parity = ((kv_iter / Tr::kStages) & 1) ^ 1;
-    mbar_wait(smem_addr(&bar.k_empty[stage]), empty_parity);
-    mbar_arrive_expect_tx(smem_addr(&bar.k_full[stage]), Tr::kKVBytes);
+__device__ __forceinline__ void produce_tile(const CUtensorMap *tm, unsigned char *ring, uint64_t *empty, uint64_t *full,
+                                             const KVBlock &b) {
+    const int stage = b.kv_iter % Tr::kStages;
+    mbar_wait(smem_addr(&empty[stage]), ((b.kv_iter / Tr::kStages) & 1) ^ 1);
+    mbar_arrive_expect_tx(smem_addr(&full[stage]), Tr::kKVBytes);
 #pragma unroll
     for (int c = 0; c < Tr::kPanels; ++c)
-        tma_load_4d(smem_addr(sm.k + stage * Tr::kKVBytes + c * Tr::kKVPanelBytes), tm_k, smem_addr(&bar.k_full[stage]),
-                    c * Tr::kPanelCols, row, h_kv, batch);
-    mbar_wait(smem_addr(&bar.v_empty[stage]), empty_parity);
-    mbar_arrive_expect_tx(smem_addr(&bar.v_full[stage]), Tr::kKVBytes);
-#pragma unroll
-    for (int c = 0; c < Tr::kPanels; ++c)
-        tma_load_4d(smem_addr(sm.v + stage * Tr::kKVBytes + c * Tr::kKVPanelBytes), tm_v, smem_addr(&bar.v_full[stage]),
-                    c * Tr::kPanelCols, row, h_kv, batch);
+        tma_load_4d(smem_addr(ring + stage * Tr::kKVBytes + c * Tr::kKVPanelBytes), tm, smem_addr(&full[stage]),
+                    c * Tr::kPanelCols, b.row, b.h_kv, b.batch);
 }
 
 // The producer thread's whole walk: each tile's K/V blocks through the ring (kv_iter counts blocks over
@@ -260,6 +262,17 @@ __device__ __forceinline__ void produce_kv(const SharedTiles<Tr> &sm, const CUte
 #ifndef SY_HOPPER_BAND_DRAW_EARLY
 #define SY_HOPPER_BAND_DRAW_EARLY 0   // a head dim whose bands (not mask lists) draw early, for a same-run A/B
 #endif
+// V one block behind K (FlashAttention-3/4's order with the intra-warpgroup overlap) on two-stage rings:
+// the consumers take block i's K with block i-1's V in one turn (S_i and P_{i-1} V_{i-1}), and free a K
+// stage as soon as its S GEMM completes but a V stage only after the softmax that follows its P V. Issued
+// K_i, V_i, K_{i+1}, the copy of K_{i+1} waited behind V_i's stage, freed about a softmax later than K_{i+1}'s
+// own; issued K_{i+1}, V_i, it leaves as soon as its stage is free. Measured on the H200 (docs/notes-hopper.md,
+// 2026-11-29h), d = 128: +3-4 % causal at N = 1024 (with the wait between the rows or without), level at
+// 2048-8192; the four-stage d = 64 rings load far enough ahead without it, and there it measured -0.7 to -1.5 %
+// causal at N = 2048-4096 (level at 1024), so they keep K and V together. 0: K and V together everywhere.
+#ifndef SY_HOPPER_FWD_V_LAG
+#define SY_HOPPER_FWD_V_LAG 1
+#endif
 template <class Tr, int kMode>
 __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, const CUtensorMap *tm_k,
                         const CUtensorMap *tm_v, const TileScheduler &sched, const sy_attn_params &p, Band band) {
@@ -267,8 +280,12 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
     constexpr bool kDrawEarly =
         !kVarlen && ((kMode & 3) == kBandNone || (Tr::kHeadDim == SY_HOPPER_BAND_DRAW_EARLY && (kMode & 3) != kBandMask));
     constexpr bool kQAhead = Tr::kQInRegisters && kDrawEarly;
+    constexpr bool kVLag = SY_HOPPER_FWD_V_LAG && Tr::kStages == 2;
     const int group = p.heads_q / p.heads_kv;
     int kv_iter = 0;
+    Barriers<Tr> &bar = *sm.bars;
+    KVBlock &v_next = bar.v_next;
+    v_next.kv_iter = -1;
     int t = skip_past_ends<Tr, kMode>(sched, p, blockIdx.x);
     produce_q<Tr, kMode>(sm, tm_q, sched, p, 0, t);
     for (int tile_iter = 0; t < sched.n_tiles; ++tile_iter) {
@@ -280,13 +297,18 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
         const int *entries = (kMode & 3) == kBandMask ? p.mask_lists + w.list + 1 : nullptr;
         for (int j = 0; j < w.n_blocks; ++j, ++kv_iter) {
             const int block = entries ? MaskWalk::block(__ldg(entries + j)) : w.first_block + j;
-            produce_kv<Tr>(sm, tm_k, tm_v, kv_iter, k_row0 + block * Tr::kBlockN, w.h / group, batch);
+            const KVBlock kv{kv_iter, k_row0 + block * Tr::kBlockN, w.h / group, batch};
+            produce_tile<Tr>(tm_k, sm.k, bar.k_empty, bar.k_full, kv);
+            if (kVLag && v_next.kv_iter >= 0) produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, v_next);
+            if (kVLag) v_next = kv;
+            else produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, kv);
             if (kQAhead && j == 0) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         }
         if constexpr (!kDrawEarly) next = skip_past_ends<Tr, kMode>(sched, p, sched.next(p.tile_counter, t));
         if (!kQAhead) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         t = next;
     }
+    if (kVLag && v_next.kv_iter >= 0) produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, v_next);   // the last block's V
 }
 #endif  // SY_HOPPER_DEVICE_CODE
 

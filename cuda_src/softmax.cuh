@@ -178,24 +178,31 @@ struct OnlineSoftmaxFragment {
                                               float (&alpha)[kRows]) {
         bool rescaled = false;
 #pragma unroll
-        for (int ma = 0; ma < kMAtoms; ++ma) {
+        for (int ma = 0; ma < kMAtoms; ++ma)
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int r = 2 * ma + half;
-                const float m_new = row_max(rS, ma, half);
-                // m_i = -inf: +inf > slack, the row takes its first finite maximum (or stays -inf,
-                // NaN > slack_log2 being false, while every score it saw is masked).
-                const bool grow = (m_new - m_i[r]) * scale_log2 > slack_log2;
-                const float m_scaled = scaled_max(grow ? m_new : m_i[r], scale_log2);
-                alpha[r] = grow ? fast_exp2(m_i[r] * scale_log2 - m_scaled) : 1.f;
-                rescaled |= grow;
-                if (grow) m_i[r] = m_new;
-                float l = l_i[r] * alpha[r];
-                exponentiate(rS, ma, half, scale_log2, m_scaled, l);
-                l_i[r] = l;
-            }
-        }
+            for (int half = 0; half < 2; ++half)
+                rescaled |= fold_lazy_row(rS, ma, half, scale_log2, slack_log2, alpha[2 * ma + half]);
         return __any_sync(0xffffffffu, rescaled);
+    }
+
+    // One row (r = 2 ma + half) of fold_lazy, for a caller that puts other work between its rows (the hopper
+    // forward waits for its P V GEMM there: Consumer::fold_split). Returns whether the row's maximum moved;
+    // the warp-wide vote is the caller's.
+    template <int kNTilesS>
+    __device__ __forceinline__ bool fold_lazy_row(float (&rS)[kMAtoms][kNTilesS][4], int ma, int half, float scale_log2,
+                                                  float slack_log2, float &alpha) {
+        const int r = 2 * ma + half;
+        const float m_new = row_max(rS, ma, half);
+        // m_i = -inf: +inf > slack, the row takes its first finite maximum (or stays -inf,
+        // NaN > slack_log2 being false, while every score it saw is masked).
+        const bool grow = (m_new - m_i[r]) * scale_log2 > slack_log2;
+        const float m_scaled = scaled_max(grow ? m_new : m_i[r], scale_log2);
+        alpha = grow ? fast_exp2(m_i[r] * scale_log2 - m_scaled) : 1.f;
+        if (grow) m_i[r] = m_new;
+        float l = l_i[r] * alpha;
+        exponentiate(rS, ma, half, scale_log2, m_scaled, l);
+        l_i[r] = l;
+        return grow;
     }
 
     template <int kNTilesO>
