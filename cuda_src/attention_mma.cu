@@ -123,7 +123,7 @@ mma_fwd_kernel(const sy_attn_params p, const Band band) {
         // or after P is packed: ptxas -v (sm_80, sm_90a) spilled least drawing early except for the 128-row
         // d = 128 tile with a band (28 bytes late, 100 early; its no-dropout build spills 56 already).
         constexpr bool kDrawEarly = !(Tr::kHeadDim == 128 && kMode != kBandNone);
-        uint4 keep[Tr::kMAtoms][kDropout ? Tr::kKStepsPV / 2 : 1];
+        [[maybe_unused]] uint4 keep[Tr::kMAtoms][kDropout ? Tr::kKStepsPV / 2 : 1];   // dropout only
         if constexpr (kDropout && kDrawEarly) {
 #pragma unroll
             for (int ma = 0; ma < Tr::kMAtoms; ++ma)
