@@ -161,6 +161,10 @@ struct Consumer {
                      "f"(softmax.l_i[0]), "f"(softmax.l_i[1])
                      : "memory");
     }
+    // The same for the first row alone (fold_split: the wait follows that row's exponentials).
+    __device__ __forceinline__ void pin_first_row() {
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_addr(sm.sink + threadIdx.x - 128)), "f"(softmax.l_i[0]) : "memory");
+    }
 
     // Scores of key block j (absolute) at or past seqlen_k, and outside a row's band (causal: right of
     // its diagonal; local: also left of its window), become -inf. A row keeps keys below one bound (and,
@@ -231,11 +235,10 @@ struct Consumer {
     }
 
     // fold() (lazy) with the wait for P V of ring block kv between the first row's exponentials and the
-    // second's (kMidWait). The first row's sum is stored before the wait, as pin_softmax stores both, so
-    // its exponentials stay ahead of it.
+    // second's (kMidWait).
     __device__ __forceinline__ void fold_split(int kv) {
         bool rescaled = softmax.fold_lazy_row(rS, 0, 0, scale_log2, Tr::kRescaleSlackLog2, alpha[0]);
-        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_addr(sm.sink + threadIdx.x - 128)), "f"(softmax.l_i[0]) : "memory");
+        pin_first_row();
         wgmma_wait<0>();
         retire_pv(kv);
         rescaled |= softmax.fold_lazy_row(rS, 0, 1, scale_log2, Tr::kRescaleSlackLog2, alpha[1]);

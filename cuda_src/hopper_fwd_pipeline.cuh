@@ -299,9 +299,12 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
             const int block = entries ? MaskWalk::block(__ldg(entries + j)) : w.first_block + j;
             const KVBlock kv{kv_iter, k_row0 + block * Tr::kBlockN, w.h / group, batch};
             produce_tile<Tr>(tm_k, sm.k, bar.k_empty, bar.k_full, kv);
-            if (kVLag && v_next.kv_iter >= 0) produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, v_next);
-            if (kVLag) v_next = kv;
-            else produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, kv);
+            if (!kVLag) {
+                produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, kv);
+            } else {   // the previous block's V, then this one's waits for the next block's K
+                if (v_next.kv_iter >= 0) produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, v_next);
+                v_next = kv;
+            }
             if (kQAhead && j == 0) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         }
         if constexpr (!kDrawEarly) next = skip_past_ends<Tr, kMode>(sched, p, sched.next(p.tile_counter, t));
