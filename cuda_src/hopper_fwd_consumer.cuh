@@ -65,19 +65,38 @@ struct Consumer {
     // Round robin over the consumers on named barriers 1..kConsumerWGs: barrier 1 + w completes when
     // warpgroup w waits on it and its predecessor has passed (2 x 128 threads).
     static constexpr int kLastWG = Tr::kConsumerWGs - 1;
-    // SY_HOPPER_FWD_MID_WAIT: unmasked blocks wait for the P V in flight between their two rows'
+    // SY_HOPPER_FWD_MID_WAIT: key blocks wait for the P V in flight between their two rows'
     // exponentials (step, fold_split); 0: after both, pinned there by pin_softmax. FlashAttention-4's SASS
     // waits inside its exponential stream and packs P between the MUFUs; ours ran all 66 MUFU.EX2, then the
-    // wait, then 32 F2FP in a row, and freed V's stage last. Here ptxas keeps 52 of the 66 ahead of the wait
-    // (it hoists the second row's register-only work; a volatile move on its maximum did not stop it: the same
-    // SASS) and interleaves the packing with the other 14. Measured on the H200 against the code before it
-    // (docs/notes-hopper.md, 2026-11-29h): d = 128 not causal +3-4 % at N = 1024 and 4096 (ncu, clocks locked,
-    // N = 4096: 986 us against 1030; FlashAttention-4's kernel 999), d = 64 +3 % not causal at N = 1024,
-    // level elsewhere (there the wait moved by one MUFU only).
+    // wait, then 32 F2FP in a row, and freed V's stage last. Left to itself ptxas kept 52 of the 66 ahead of
+    // the wait at d = 128 and 65 at d = 64 (it hoists the second row's register-only work; a volatile move on
+    // its maximum did not stop it); kRowOrder below holds it after the first row. Measured on the H200 against
+    // the code before it (docs/notes-hopper.md, 2026-11-29h): d = 128 not causal +3-4 % at N = 1024 and 4096
+    // (ncu, clocks locked, N = 4096: 986 us against 1030; FlashAttention-4's kernel 999).
 #ifndef SY_HOPPER_FWD_MID_WAIT
 #define SY_HOPPER_FWD_MID_WAIT 1
 #endif
     static constexpr bool kMidWait = SY_HOPPER_FWD_MID_WAIT;
+    // SY_HOPPER_FWD_ROW_ORDER (with kMidWait): the second row's exponentials follow the first row's packing,
+    // which follows the wait (packing writes rP, which the P V in flight reads). Without it ptxas hoists the
+    // second row's register-only work above the wait: at d = 64 it kept 65 of the 66 MUFU.EX2 ahead of it and
+    // packed P in a row after them. With it the wait follows 33 (d = 64 and 128) and 30 of the 32 F2FP sit
+    // between the second row's MUFUs. Measured on the H200 with kMidWaitMasked against the code before
+    // (docs/notes-hopper.md, 2026-11-29i): d = 128 +2.6-5 % not causal, +1.7-2.8 % causal (N = 4096 not
+    // causal 677-698 TFLOP/s, FlashAttention-4's kernel 648-651 in the same processes); d = 64 +1.3 % causal
+    // at N = 1024, -0.6 to -1.6 % not causal at N = 4096. Waiting after half the first row (+0.7-1.1 % at
+    // d = 64 N = 1024 causal, -1.5-2 % at d = 128) was measured and not kept.
+#ifndef SY_HOPPER_FWD_ROW_ORDER
+#define SY_HOPPER_FWD_ROW_ORDER 1
+#endif
+    static constexpr bool kRowOrder = SY_HOPPER_FWD_ROW_ORDER;
+    // SY_HOPPER_FWD_MID_WAIT_MASKED: the same wait between the rows on blocks masked by compares (the causal
+    // diagonal, a window's edges, a ragged end); 0: unmasked blocks only. attn_mask's partial blocks wait
+    // before their loads instead (kMaskWaits).
+#ifndef SY_HOPPER_FWD_MID_WAIT_MASKED
+#define SY_HOPPER_FWD_MID_WAIT_MASKED 1
+#endif
+    static constexpr bool kMidWaitMasked = SY_HOPPER_FWD_MID_WAIT_MASKED;
     __device__ __forceinline__ void wait_turn() { named_bar_sync(1 + wg, 256); }
     __device__ __forceinline__ void pass_turn() { named_bar_arrive(1 + (wg + 1) % Tr::kConsumerWGs, 256); }
 
@@ -234,18 +253,47 @@ struct Consumer {
         }
     }
 
+    // fold_lazy_row's order for the second row (kRowOrder): m unchanged, computed after `bits` exist.
+    // bits | 0x7fc00000 is a quiet NaN whatever the bits, and min.f32 returns its other operand (NaN only if
+    // both are), so the result is m; ptxas does not fold it, and every exponential of the row depends on it.
+    struct After {
+        uint32_t bits;
+        __device__ __forceinline__ float operator()(float m) const {
+            float r;
+            asm("{\n\t.reg .b32 nan;\n\tor.b32 nan, %2, 0x7fc00000;\n\tmin.f32 %0, %1, nan;\n\t}" : "=f"(r) : "f"(m), "r"(bits));
+            return r;
+        }
+    };
+
     // fold() (lazy) with the wait for P V of ring block kv between the first row's exponentials and the
-    // second's (kMidWait).
+    // second's (kMidWait), then P packed.
     __device__ __forceinline__ void fold_split(int kv) {
         bool rescaled = softmax.fold_lazy_row(rS, 0, 0, scale_log2, Tr::kRescaleSlackLog2, alpha[0]);
         pin_first_row();
         wgmma_wait<0>();
         retire_pv(kv);
-        rescaled |= softmax.fold_lazy_row(rS, 0, 1, scale_log2, Tr::kRescaleSlackLog2, alpha[1]);
+        if constexpr (kRowOrder) {
+            convert_p_row(0);
+            rescaled |= softmax.fold_lazy_row(rS, 0, 1, scale_log2, Tr::kRescaleSlackLog2, alpha[1], After{rP[0][0]});
+            convert_p_row(1);
+        } else {
+            rescaled |= softmax.fold_lazy_row(rS, 0, 1, scale_log2, Tr::kRescaleSlackLog2, alpha[1]);
+            convert_p();
+        }
         rescale_pending = __any_sync(0xffffffffu, rescaled);
     }
 
-    // P to 16 bits: A fragment kk of P V is S tiles 2kk (keys +0..7) and 2kk+1 (keys +8..15).
+    // P to 16 bits: A fragment kk of P V is S tiles 2kk (keys +0..7) and 2kk+1 (keys +8..15); registers 0 and
+    // 2 hold the thread's first row, 1 and 3 its second.
+    __device__ __forceinline__ void convert_p_row(int half) {
+#pragma unroll
+        for (int kk = 0; kk < Tr::kPVSteps; ++kk) {
+            rP[kk][half] = MmaOp<T>::pack(rS[0][2 * kk][2 * half], rS[0][2 * kk][2 * half + 1]);
+            rP[kk][2 + half] = MmaOp<T>::pack(rS[0][2 * kk + 1][2 * half], rS[0][2 * kk + 1][2 * half + 1]);
+        }
+    }
+    // Both rows at once, in the order of the packs that the paths without fold_split were measured with
+    // (convert_p_row(0) then (1) reorders their F2FP in the SASS).
     __device__ __forceinline__ void convert_p() {
 #pragma unroll
         for (int kk = 0; kk < Tr::kPVSteps; ++kk) {
@@ -387,12 +435,13 @@ struct Consumer {
         wgmma_wait<1>();   // S_j is done (P V may still run)
         fence_regs(flat_s());
         release(&sm.bars->k_empty[stage_of(c.kv0 + j)]);
-        if constexpr (kMidWait && !kMask && !kDropout && Tr::kRescaleSlackLog2 > 0) {
+        if constexpr (kMidWait && (!kMask || (kMidWaitMasked && kBand != kBandMask)) && !kDropout &&
+                      Tr::kRescaleSlackLog2 > 0) {
             // The wait for P_{j-1} V_{j-1} between the two rows' exponentials (FlashAttention-4's SASS has it
             // there): V's stage is freed half a softmax sooner, and P's packing fills the second row's
             // exponential stream instead of trailing it.
+            if (kMask) mask(c, c.first_block + j, p, band);
             fold_split(c.kv0 + j - 1);
-            convert_p();
             return;
         }
         // A partial tile of attn_mask: P V has completed before its loads; with dropout its scores are dropped

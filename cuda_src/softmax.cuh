@@ -62,6 +62,11 @@ struct OnlineSoftmaxRow {
     }
 };
 
+// fold_lazy_row's default order: none.
+struct Unordered {
+    __device__ __forceinline__ float operator()(float m) const { return m; }
+};
+
 // ---- tensor-core fragments (the `mma` kernel) -------------------------------------------------------
 // A warp holds kMAtoms blocks of 16 query rows; in the m16n8 accumulator layout a thread owns two
 // rows of each (lane/4 and lane/4 + 8), so it keeps 2 * kMAtoms (m_i, l_i) pairs. A row's columns
@@ -187,12 +192,13 @@ struct OnlineSoftmaxFragment {
 
     // One row (r = 2 ma + half) of fold_lazy, for a caller that puts other work between its rows (the hopper
     // forward waits for its P V GEMM there: Consumer::fold_split). Returns whether the row's maximum moved;
-    // the warp-wide vote is the caller's.
-    template <int kNTilesS>
+    // the warp-wide vote is the caller's. order(m) returns the row's new maximum unchanged; a caller passes
+    // one that ties it to a value made elsewhere, so the row's exponentials cannot be scheduled before it.
+    template <int kNTilesS, class Order = Unordered>
     __device__ __forceinline__ bool fold_lazy_row(float (&rS)[kMAtoms][kNTilesS][4], int ma, int half, float scale_log2,
-                                                  float slack_log2, float &alpha) {
+                                                  float slack_log2, float &alpha, Order order = {}) {
         const int r = 2 * ma + half;
-        const float m_new = row_max(rS, ma, half);
+        const float m_new = order(row_max(rS, ma, half));
         // m_i = -inf: +inf > slack, the row takes its first finite maximum (or stays -inf,
         // NaN > slack_log2 being false, while every score it saw is masked).
         const bool grow = (m_new - m_i[r]) * scale_log2 > slack_log2;
