@@ -283,25 +283,25 @@ struct Consumer {
         rescale_pending = __any_sync(0xffffffffu, rescaled);
     }
 
-    // P to 16 bits: A fragment kk of P V is S tiles 2kk (keys +0..7) and 2kk+1 (keys +8..15); registers 0 and
-    // 2 hold the thread's first row, 1 and 3 its second.
+    // P to 16 bits: A fragment kk of P V is S tiles 2kk (keys +0..7) and 2kk+1 (keys +8..15); its registers
+    // 0 and 2 hold the thread's first row, 1 and 3 its second.
+    __device__ __forceinline__ void pack_p(int kk, int reg) {
+        const float(&s)[4] = rS[0][2 * kk + reg / 2];
+        rP[kk][reg] = MmaOp<T>::pack(s[2 * (reg % 2)], s[2 * (reg % 2) + 1]);
+    }
     __device__ __forceinline__ void convert_p_row(int half) {
 #pragma unroll
         for (int kk = 0; kk < Tr::kPVSteps; ++kk) {
-            rP[kk][half] = MmaOp<T>::pack(rS[0][2 * kk][2 * half], rS[0][2 * kk][2 * half + 1]);
-            rP[kk][2 + half] = MmaOp<T>::pack(rS[0][2 * kk + 1][2 * half], rS[0][2 * kk + 1][2 * half + 1]);
+            pack_p(kk, half);
+            pack_p(kk, 2 + half);
         }
     }
-    // Both rows at once, in the order of the packs that the paths without fold_split were measured with
-    // (convert_p_row(0) then (1) reorders their F2FP in the SASS).
+    // Both rows, register by register (convert_p_row(0) then (1) puts the F2FP in another order in the SASS).
     __device__ __forceinline__ void convert_p() {
 #pragma unroll
-        for (int kk = 0; kk < Tr::kPVSteps; ++kk) {
-            rP[kk][0] = MmaOp<T>::pack(rS[0][2 * kk][0], rS[0][2 * kk][1]);
-            rP[kk][1] = MmaOp<T>::pack(rS[0][2 * kk][2], rS[0][2 * kk][3]);
-            rP[kk][2] = MmaOp<T>::pack(rS[0][2 * kk + 1][0], rS[0][2 * kk + 1][1]);
-            rP[kk][3] = MmaOp<T>::pack(rS[0][2 * kk + 1][2], rS[0][2 * kk + 1][3]);
-        }
+        for (int kk = 0; kk < Tr::kPVSteps; ++kk)
+#pragma unroll
+            for (int reg = 0; reg < 4; ++reg) pack_p(kk, reg);
     }
 
     // Dropout (attention_dropout.cuh) in two parts. draw: the keep bits of key block `block` (absolute) of
@@ -435,20 +435,18 @@ struct Consumer {
         wgmma_wait<1>();   // S_j is done (P V may still run)
         fence_regs(flat_s());
         release(&sm.bars->k_empty[stage_of(c.kv0 + j)]);
-        if constexpr (kMidWait && (!kMask || (kMidWaitMasked && kBand != kBandMask)) && !kDropout &&
-                      Tr::kRescaleSlackLog2 > 0) {
-            // The wait for P_{j-1} V_{j-1} between the two rows' exponentials (FlashAttention-4's SASS has it
-            // there): V's stage is freed half a softmax sooner, and P's packing fills the second row's
-            // exponential stream instead of trailing it.
-            if (kMask) mask(c, c.first_block + j, p, band);
-            fold_split(c.kv0 + j - 1);
-            return;
-        }
         // A partial tile of attn_mask: P V has completed before its loads; with dropout its scores are dropped
         // in fp32 (drop_s), not in rP as elsewhere.
         constexpr bool kMaskWaits = kMask && kBand == kBandMask;
         if constexpr (kMaskWaits) wgmma_wait<0>();   // rP free for the mask's loads (no spill)
         if (kMask) mask(c, c.first_block + j, p, band);
+        if constexpr (kMidWait && !kMaskWaits && (!kMask || kMidWaitMasked) && !kDropout && Tr::kRescaleSlackLog2 > 0) {
+            // The wait for P_{j-1} V_{j-1} between the two rows' exponentials (FlashAttention-4's SASS has it
+            // there): V's stage is freed half a softmax sooner, and P's packing fills the second row's
+            // exponential stream instead of trailing it.
+            fold_split(c.kv0 + j - 1);
+            return;
+        }
         fold();
         pin_softmax();
         if constexpr (kMaskWaits && kDropout) drop_s(c, key_block(c, j, p), p);

@@ -67,10 +67,9 @@ struct TileScheduler {
 #ifdef SY_HOPPER_DEVICE_CODE
 
 // ---- shared memory ----------------------------------------------------------------------------------
-// Where one block's K or V comes from: its ring index (kv_iter counts blocks over all tiles of this
-// block: it names the ring stage and its lap) and its key rows in the tensor map.
+// Where one block's K or V comes from: its key rows in the tensor map.
 struct KVBlock {
-    int kv_iter, row, h_kv, batch;
+    int row, h_kv, batch;
 };
 
 // The ring's barriers. Every consumer thread arrives on an empty barrier (128 x kConsumerWGs arrivals): it
@@ -83,9 +82,9 @@ struct Barriers {
     // The tile whose Q a q_full phase brings (n_tiles or more: no more tiles), written by the
     // producer before its q_full arrival (release), read by consumers after their wait (acquire).
     int tile[Tr::kQBuffers];
-    // SY_HOPPER_FWD_V_LAG: the block whose V the producer issues after the next block's K, kept here
-    // rather than in the producer thread's 24 registers (held there across a tile it spilled 8 bytes in
-    // the varlen and mask-list kernels).
+    // SY_HOPPER_FWD_V_LAG: the block whose V the producer issues after the next block's K (ring index
+    // kv_iter - 1 then), kept here rather than in the producer thread's 24 registers (held there across a
+    // tile it spilled 8 bytes in the varlen and mask-list kernels).
     KVBlock v_next;
 };
 
@@ -228,14 +227,15 @@ __device__ __forceinline__ void produce_q(const SharedTiles<Tr> &sm, const CUten
                     tl.h, kVarlen ? 0 : tl.b);
 }
 
-// K or V of block b into ring stage b.kv_iter % kStages, once the consumers released it. A fresh
+// K or V of block b, ring index kv_iter (counted over all tiles of this block: it names the ring stage and
+// its lap), into ring stage kv_iter % kStages, once the consumers released it. A fresh
 // barrier counts as having completed the phase before its first, so the first lap waits on parity 1
 // and passes at once; lap L waits for the consumers' release of lap L-1.
 template <class Tr>
 __device__ __forceinline__ void produce_tile(const CUtensorMap *tm, unsigned char *ring, uint64_t *empty, uint64_t *full,
-                                             const KVBlock &b) {
-    const int stage = b.kv_iter % Tr::kStages;
-    mbar_wait(smem_addr(&empty[stage]), ((b.kv_iter / Tr::kStages) & 1) ^ 1);
+                                             int kv_iter, const KVBlock &b) {
+    const int stage = kv_iter % Tr::kStages;
+    mbar_wait(smem_addr(&empty[stage]), ((kv_iter / Tr::kStages) & 1) ^ 1);
     mbar_arrive_expect_tx(smem_addr(&full[stage]), Tr::kKVBytes);
 #pragma unroll
     for (int c = 0; c < Tr::kPanels; ++c)
@@ -284,8 +284,7 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
     const int group = p.heads_q / p.heads_kv;
     int kv_iter = 0;
     Barriers<Tr> &bar = *sm.bars;
-    KVBlock &v_next = bar.v_next;
-    v_next.kv_iter = -1;
+    KVBlock &v_next = bar.v_next;   // pending once a block has been issued (kv_iter > 0)
     int t = skip_past_ends<Tr, kMode>(sched, p, blockIdx.x);
     produce_q<Tr, kMode>(sm, tm_q, sched, p, 0, t);
     for (int tile_iter = 0; t < sched.n_tiles; ++tile_iter) {
@@ -297,12 +296,12 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
         const int *entries = (kMode & 3) == kBandMask ? p.mask_lists + w.list + 1 : nullptr;
         for (int j = 0; j < w.n_blocks; ++j, ++kv_iter) {
             const int block = entries ? MaskWalk::block(__ldg(entries + j)) : w.first_block + j;
-            const KVBlock kv{kv_iter, k_row0 + block * Tr::kBlockN, w.h / group, batch};
-            produce_tile<Tr>(tm_k, sm.k, bar.k_empty, bar.k_full, kv);
+            const KVBlock kv{k_row0 + block * Tr::kBlockN, w.h / group, batch};
+            produce_tile<Tr>(tm_k, sm.k, bar.k_empty, bar.k_full, kv_iter, kv);
             if (!kVLag) {
-                produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, kv);
+                produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, kv_iter, kv);
             } else {   // the previous block's V, then this one's waits for the next block's K
-                if (v_next.kv_iter >= 0) produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, v_next);
+                if (kv_iter > 0) produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, kv_iter - 1, v_next);
                 v_next = kv;
             }
             if (kQAhead && j == 0) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
@@ -311,7 +310,7 @@ __device__ void produce(const SharedTiles<Tr> &sm, const CUtensorMap *tm_q, cons
         if (!kQAhead) produce_q<Tr, kMode>(sm, tm_q, sched, p, tile_iter + 1, next);
         t = next;
     }
-    if (kVLag && v_next.kv_iter >= 0) produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, v_next);   // the last block's V
+    if (kVLag && kv_iter > 0) produce_tile<Tr>(tm_v, sm.v, bar.v_empty, bar.v_full, kv_iter - 1, v_next);   // the last block's V
 }
 #endif  // SY_HOPPER_DEVICE_CODE
 
