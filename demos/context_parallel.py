@@ -157,11 +157,20 @@ def check_step(model, single, inputs, labels, total, device, say):
     dist.barrier()
 
 
+def _import_dynamo_first():
+    """torch._dynamo keeps references to every process group that exists when it is first imported
+    (sympathy's torch ops import it on first use), and a group referenced past destroy_process_group()
+    is torn down during interpreter exit instead, where gloo can abort the process (SIGABRT).
+    Imported before init_process_group, it holds none."""
+    import torch._dynamo  # noqa: F401
+
+
 def _spawned(rank, world, store, args):
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    _import_dynamo_first()
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     run(args)
     dist.barrier()   # no rank tears its connections down while a peer still uses them
@@ -194,6 +203,7 @@ def main(argv=None):
         return
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:     # under torchrun: this process is one rank
         args.check = bool(args.check)
+        _import_dynamo_first()
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         run(args)
         dist.barrier()

@@ -8,6 +8,7 @@ worker's exit status and the cases it reported; a worker still running after HAN
 failure (the workers are killed), never a hung test run. Tolerances: the ring's error against float64
 must stay within a small multiple of the unsharded C kernel's own error (plus one fp32 ulp-scale floor).
 """
+import importlib
 import os
 import re
 import subprocess
@@ -173,7 +174,7 @@ def test_ring_attention_across_processes(W, tmp_path):
         lines = set(out.split("\n"))
         for layout, causal, gqa in CASES:
             assert f"ok {layout} causal={causal} gqa={gqa}" in lines, f"rank {r}: case missing:\n{out}"
-        for case in ("bad layout", "foreign dtype", "after refusals") + (("uneven", "odd zigzag") if W > 1 else ()):
+        for case in ("bad layout", "foreign dtype", "after refusals", "torn down") + (("uneven", "odd zigzag") if W > 1 else ()):
             assert any(line.startswith(f"ok {case}") for line in lines), f"rank {r}: {case} missing:\n{out}"
 
 
@@ -200,6 +201,12 @@ def _worker(rank, W, store):
 
     faulthandler.dump_traceback_later(HANG - 10, exit=True)   # a hung rank says where, before the test kills it
     torch.set_num_threads(1)
+    # torch._dynamo (imported by sympathy's torch ops on first use) keeps references to the groups that
+    # exist when it is imported: imported after init, the group outlives destroy_process_group() and
+    # gloo's teardown runs during interpreter exit, where it can abort (SIGABRT, seen once in CI).
+    importlib.import_module("torch._dynamo")
+    threads = lambda: len(os.listdir("/proc/self/task"))   # noqa: E731
+    before = threads()
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=W)
 
     def run(q, k, v, causal, gqa, layout, dout=None):
@@ -250,6 +257,9 @@ def _worker(rank, W, store):
     print("ok after refusals", flush=True)
     dist.barrier()   # no rank tears its connections down while a peer still uses them
     dist.destroy_process_group()
+    # `out` is alive and its graph holds the ring: gloo's threads must be gone all the same.
+    assert threads() == before, f"{threads()} threads after destroy_process_group, {before} before init"
+    print("ok torn down", flush=True)
 
 
 if __name__ == "__main__":

@@ -131,10 +131,13 @@ class _P2PRing:
         import torch
         import torch.distributed as dist
 
-        self.group = group if group is not None else dist.group.WORLD
-        self.rank, self.world = dist.get_rank(self.group), dist.get_world_size(self.group)
-        self.next = dist.get_global_rank(self.group, (self.rank + 1) % self.world)
-        self.prev = dist.get_global_rank(self.group, (self.rank - 1) % self.world)
+        # None stays None (the default group, looked up at each send): a ring kept alive by an autograd
+        # graph must not keep the world's ProcessGroup, and gloo's threads, alive past
+        # destroy_process_group(); they would be torn down during interpreter exit instead.
+        self.group = group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        global_rank = (lambda r: r) if group is None else (lambda r: dist.get_global_rank(group, r))
+        self.next, self.prev = global_rank((self.rank + 1) % self.world), global_rank((self.rank - 1) % self.world)
         self.stream = None
         if device.type == "cuda":   # one communication stream per device, kept across calls
             if device not in _streams:
