@@ -8,12 +8,14 @@ worker's exit status and the cases it reported; a worker still running after HAN
 failure (the workers are killed), never a hung test run. Tolerances: the ring's error against float64
 must stay within a small multiple of the unsharded C kernel's own error (plus one fp32 ulp-scale floor).
 """
+import gc
 import importlib
 import os
 import re
 import subprocess
 import sys
 import traceback
+import weakref
 
 import pytest
 
@@ -230,14 +232,27 @@ def _worker(rank, W, store):
             check_against_single(full, q, k, v, dout, causal, gqa, f"W={W} {layout} causal={causal}")
         print(f"ok {layout} causal={causal} gqa={gqa}", flush=True)
 
-    def refused(case, exc_type, match, q, k, v, **kw):
+    def call(case, exc_type, match, caller_tensor, q, k, v, **kw):   # caller_tensor: a local of this frame
         try:
             sy.attention.ring_attention(q, k, v, **kw)
         except exc_type as exc:
             assert match in str(exc), f"{case}: {exc}"
-            print(f"ok {case}: {exc}", flush=True)
-            return
+            return str(exc)
         raise AssertionError(f"{case}: not refused")
+
+    def refused(case, exc_type, match, q, k, v, **kw):
+        # The caller's frame must go when it returns: a refusal whose traceback sits in a reference cycle
+        # keeps every frame on it (and their tensors) alive until the cyclic collector happens to run.
+        caller_tensor = torch.empty(0)
+        alive = weakref.ref(caller_tensor)
+        gc.disable()
+        try:
+            message = call(case, exc_type, match, caller_tensor, q, k, v, **kw)
+            del caller_tensor
+            assert alive() is None, f"{case}: the refused call's frames outlived it (a reference cycle)"
+        finally:
+            gc.enable()
+        print(f"ok {case}: {message}", flush=True)
 
     x = torch.randn(1, 2, 6, 8)
     if W > 1:

@@ -107,7 +107,10 @@ def _agree(q, k, v, is_causal, scale, enable_gqa, layout, group, world: int) -> 
     gather(table, torch.tensor(mine, dtype=torch.float64, device=device), group=group)
     rows = table.view(world, len(_FIELDS)).cpu().tolist()
     if error is not None:
-        raise error
+        try:
+            raise error
+        finally:   # the traceback holds this frame: a local naming the exception would make a cycle that
+            del error   # keeps the caller's frames, tensors included, alive until the cyclic collector runs
     refused = [r for r, row in enumerate(rows) if any(math.isnan(x) for x in row)]
     if refused:
         raise ValueError(f"ring_attention: rank(s) {refused} refused their input (their own error says why); "
