@@ -330,7 +330,9 @@ class Queue(FramesMixin, AsyncMixin):
 
     @property
     def abandoned(self) -> int:
-        """Puts whose producer died between claiming ring space and publishing: skipped, never put."""
+        """Puts of producers that died before their record was in the ring: killed between claiming ring
+        space and publishing (skipped), or holding spilled records that their feeder had not put yet
+        (dropped, as multiprocessing.Queue drops its feeder's buffer). Checked for dead producers when read."""
         return int(self._counts(reap=True).abandoned)
 
     @property

@@ -1,0 +1,42 @@
+"""Fault injection for sympathy.Queue: 30 runs, each killing a random producer or consumer at a random
+point of the stream (queue_fault_runs.py says what a run does and which outcomes are allowed). Two worker
+processes of 15 runs each (2 cores); `python tests/stress/queue_fault_runs.py --runs N --seed S` soaks longer."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.stress
+
+RUNS = 30
+WORKERS = 2
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_killing_a_random_queue_peer_loses_nothing_it_should_keep():
+    workers = [subprocess.Popen([sys.executable, os.path.join(HERE, "queue_fault_runs.py"), "--runs",
+                                 str(RUNS // WORKERS), "--seed", str(1000 * w)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for w in range(WORKERS)]
+    summaries = []
+    try:
+        for worker in workers:
+            out, err = worker.communicate(timeout=600)
+            assert worker.returncode == 0, f"worker exit status {worker.returncode}:\n{out}\n{err}"
+            summaries.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for worker in workers:
+            worker.kill()
+    kills = {}
+    for s in summaries:
+        for role, n in s["kills"].items():
+            kills[role] = kills.get(role, 0) + n
+    print(f"{RUNS} runs, kills {kills}, {sum(s['items'] for s in summaries)} items verified, "
+          f"{sum(s['abandoned'] for s in summaries)} puts of dead producers abandoned, "
+          f"{sum(s['lost'] for s in summaries)} records lost with dead consumers")
+    assert sum(s["runs"] for s in summaries) == RUNS
+    failures = [f for s in summaries for f in s["failures"]]
+    assert not failures, failures
+    assert kills.get("producer", 0) and kills.get("consumer", 0)
