@@ -16,6 +16,11 @@ duplicated, corrupted or out of its producer's order at a consumer; a peer dead 
 SIGKILL; a consumer's get reaching its timeout; items left in the queue; anything still running at the
 run's deadline.
 
+--frames: items are int64 arrays and every third one a zero-copy frame (put_array into one of six
+4 KiB buffers beside the ring, get_array's read-only view at the consumer), so a kill also lands on a
+producer holding a staged buffer or a consumer holding a view: the next producer waiting for a buffer
+must reclaim it, a frame's content must be its own.
+
 Prints one JSON line: runs, kills by role, items verified, lost and abandoned records, failures (with
 their seeds).
 """
@@ -32,6 +37,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import numpy as np  # noqa: E402
+
 import sympathy as sy  # noqa: E402
 
 CTX = mp.get_context("fork")
@@ -41,6 +48,7 @@ CONSUMERS = 2
 CAPACITY = 1 << 14    # 16 KiB of records: the payloads lap it many times
 TIMEOUT = 20.0        # a consumer's get: reaching it is a failure
 DEADLINE = 60.0       # the whole run
+FRAME_BYTES, FRAME_COUNT, FRAME_EVERY = 4096, 6, 3   # --frames: 6 >= consumers + 2 buffers
 
 
 def payload(p: int, i: int) -> bytes:
@@ -49,36 +57,60 @@ def payload(p: int, i: int) -> bytes:
     return bytes([(p * 31 + i) % 251]) * n
 
 
-def _produce(q, p: int, done) -> None:
+def array_item(p: int, i: int) -> np.ndarray:
+    """--frames: [p << 32 | i, then a pattern of (p, i)], 1 to 512 int64 (a frame's buffer holds 512)."""
+    n = 1 + (p * 7919 + i * 104729) % 512
+    out = np.full(n, (p * 31 + i) % 251, np.int64)
+    out[0] = p << 32 | i
+    return out
+
+
+def _produce(q, p: int, done, frames: bool) -> None:
     for i in range(ITEMS):
-        q.put((p, i, payload(p, i)))
-        done.value = i + 1       # after put returned: the item is in the queue
+        if not frames:
+            q.put((p, i, payload(p, i)))
+        elif i % FRAME_EVERY:
+            q.put(array_item(p, i))
+        else:
+            item = array_item(p, i)
+            with q.put_array(item.shape, np.int64, timeout=TIMEOUT) as frame:
+                frame[...] = item
+        done.value = i + 1       # after put returned: the item is in the queue (or spilled)
 
 
-def _consume(q, log) -> None:
+def _consume(q, log, frames: bool) -> None:
     """log[0] counts the items recorded in log[1:], each p << 32 | i. Exit 3: a corrupted item."""
     while True:
         try:
-            item = q.get(timeout=TIMEOUT)
+            if frames:
+                with q.get_array(timeout=TIMEOUT) as view:
+                    if view[0] < 0:
+                        return
+                    p, i = int(view[0]) >> 32, int(view[0]) & 0xFFFFFFFF
+                    if not np.array_equal(view, array_item(p, i)):
+                        os._exit(3)
+            else:
+                item = q.get(timeout=TIMEOUT)
+                if item is None:
+                    return
+                p, i, data = item
+                if data != payload(p, i):
+                    os._exit(3)
         except queue.Empty:
             os._exit(4)
-        if item is None:
-            return
-        p, i, data = item
-        if data != payload(p, i):
-            os._exit(3)
         n = log[0]
         log[1 + n] = p << 32 | i
         log[0] = n + 1
 
 
-def one_run(seed: int) -> tuple[dict, list[str]]:
+def one_run(seed: int, frames: bool = False) -> tuple[dict, list[str]]:
     rng = random.Random(seed)
-    q = sy.Queue(maxsize=rng.choice([0, 20]), capacity_bytes=CAPACITY)
+    q = sy.Queue(maxsize=rng.choice([0, 20]), capacity_bytes=CAPACITY,
+                 **({"frame_bytes": FRAME_BYTES, "frame_count": FRAME_COUNT} if frames else {}))
     done = [CTX.RawValue("q", 0) for _ in range(PRODUCERS)]
     logs = [CTX.RawArray("q", 1 + PRODUCERS * ITEMS) for _ in range(CONSUMERS)]
-    producers = [CTX.Process(target=_produce, args=(q, p, done[p])) for p in range(PRODUCERS)]
-    consumers = [CTX.Process(target=_consume, args=(q, logs[c])) for c in range(CONSUMERS)]
+    producers = [CTX.Process(target=_produce, args=(q, p, done[p], frames)) for p in range(PRODUCERS)]
+    consumers = [CTX.Process(target=_consume, args=(q, logs[c], frames)) for c in range(CONSUMERS)]
     for proc in consumers + producers:
         proc.start()
     start = time.monotonic()
@@ -104,7 +136,7 @@ def one_run(seed: int) -> tuple[dict, list[str]]:
     live_consumers = [c for c in consumers if not (killed and c is victim)]
     try:
         for _ in live_consumers:
-            q.put(None, timeout=late())
+            q.put(np.full(1, -1, np.int64) if frames else None, timeout=late())
     except queue.Full:
         failures.append(f"seed {seed}: the queue stayed full until the deadline ({DEADLINE} s)")
     for proc in consumers:
@@ -166,12 +198,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0, help="run r uses seed + r")
+    ap.add_argument("--frames", action="store_true", help="int64 arrays, every third a zero-copy frame")
     args = ap.parse_args(argv)
     kills: dict = {}
     items = lost = abandoned = 0
     failures: list = []
     for r in range(args.runs):
-        stats, bad = one_run(args.seed + r)
+        stats, bad = one_run(args.seed + r, args.frames)
         if stats["kill"]:
             kills[stats["kill"]] = kills.get(stats["kill"], 0) + 1
         items, lost, abandoned = items + stats["items"], lost + stats["lost"], abandoned + stats["abandoned"]
