@@ -2,10 +2,11 @@
 `python tests/stress/queue_fault_runs.py --runs N --seed S`.
 
 One run: a Queue on a small ring (many laps; maxsize 0 or 20, chosen by the run's seed), two producer
-processes putting 1 000 items each, (producer, sequence, payload) with payloads of 0 to 3 000 bytes (records
-of one to many slots), and two consumer processes getting until None. Once the producers have put a random
-share of their items, one random peer (a producer or a consumer) is killed with SIGKILL. Once the producers are gone the parent puts one None
-per live consumer; each consumer records what it got in shared memory as it goes.
+processes putting 1 000 items each, (producer, sequence, payload) with payloads of 0 to 3 000 bytes
+(records of one to many slots), and two consumer processes getting until None. Once the producers have
+put a random share of their items, one random peer (a producer or a consumer) is killed with SIGKILL.
+Once the producers are gone the parent puts one None per live consumer; each consumer records what it
+got in shared memory as it goes.
 
 Allowed: a killed consumer's record taken but not yet copied, counted in q.lost, and the one item it got
 but had not recorded when it died (so at most q.lost + 1 items missing, and only in a run that killed a

@@ -18,8 +18,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.mark.parametrize("frames", [False, True])
 def test_killing_a_random_queue_peer_loses_nothing_it_should_keep(frames):
+    mode = ["--frames"] if frames else []
     workers = [subprocess.Popen([sys.executable, os.path.join(HERE, "queue_fault_runs.py"), "--runs",
-                                 str(RUNS // WORKERS), "--seed", str(1000 * w + 500 * frames)] + (["--frames"] if frames else []),
+                                 str(RUNS // WORKERS), "--seed", str(1000 * w + 500 * frames)] + mode,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for w in range(WORKERS)]
     summaries = []
@@ -35,8 +36,8 @@ def test_killing_a_random_queue_peer_loses_nothing_it_should_keep(frames):
     for s in summaries:
         for role, n in s["kills"].items():
             kills[role] = kills.get(role, 0) + n
-    print(f"{RUNS} runs{' with frames' if frames else ''}, kills {kills}, {sum(s['items'] for s in summaries)} items verified, "
-          f"{sum(s['abandoned'] for s in summaries)} puts of dead producers abandoned, "
+    print(f"{RUNS} runs{' with frames' if frames else ''}, kills {kills}, "
+          f"{sum(s['items'] for s in summaries)} items verified, {sum(s['abandoned'] for s in summaries)} puts of dead producers abandoned, "
           f"{sum(s['lost'] for s in summaries)} records lost with dead consumers")
     assert sum(s["runs"] for s in summaries) == RUNS
     failures = [f for s in summaries for f in s["failures"]]
