@@ -36,9 +36,9 @@ def test_killing_a_random_queue_peer_loses_nothing_it_should_keep(frames):
     for s in summaries:
         for role, n in s["kills"].items():
             kills[role] = kills.get(role, 0) + n
-    print(f"{RUNS} runs{' with frames' if frames else ''}, kills {kills}, "
-          f"{sum(s['items'] for s in summaries)} items verified, {sum(s['abandoned'] for s in summaries)} puts of dead producers abandoned, "
-          f"{sum(s['lost'] for s in summaries)} records lost with dead consumers")
+    total = {key: sum(s[key] for s in summaries) for key in ("items", "abandoned", "lost")}
+    print(f"{RUNS} runs{' with frames' if frames else ''}, kills {kills}, {total['items']} items verified, "
+          f"{total['abandoned']} puts of dead producers abandoned, {total['lost']} records lost with dead consumers")
     assert sum(s["runs"] for s in summaries) == RUNS
     failures = [f for s in summaries for f in s["failures"]]
     assert not failures, failures
