@@ -159,9 +159,9 @@ def check_step(model, single, inputs, labels, total, device, say):
 
 def _import_dynamo_first():
     """torch._dynamo keeps references to every process group that exists when it is first imported
-    (sympathy's torch ops import it on first use), and a group referenced past destroy_process_group()
-    is torn down during interpreter exit instead, where gloo can abort the process (SIGABRT).
-    Imported before init_process_group, it holds none."""
+    (the first call of any torch custom op imports it, sympathy's among them), and a group referenced
+    past destroy_process_group() is torn down during interpreter exit instead, where gloo can abort the
+    process (SIGABRT). Imported before init_process_group, it holds none."""
     import torch._dynamo  # noqa: F401
 
 

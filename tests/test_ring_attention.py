@@ -176,7 +176,9 @@ def test_ring_attention_across_processes(W, tmp_path):
         lines = set(out.split("\n"))
         for layout, causal, gqa in CASES:
             assert f"ok {layout} causal={causal} gqa={gqa}" in lines, f"rank {r}: case missing:\n{out}"
-        for case in ("bad layout", "foreign dtype", "after refusals", "torn down") + (("uneven", "odd zigzag") if W > 1 else ()):
+        cases = ("bad layout", "foreign dtype", "after refusals", "torn down")
+        cases += ("uneven", "odd zigzag") if W > 1 else ()
+        for case in cases:
             assert any(line.startswith(f"ok {case}") for line in lines), f"rank {r}: {case} missing:\n{out}"
 
 
@@ -203,8 +205,8 @@ def _worker(rank, W, store):
 
     faulthandler.dump_traceback_later(HANG - 10, exit=True)   # a hung rank says where, before the test kills it
     torch.set_num_threads(1)
-    # torch._dynamo (imported by sympathy's torch ops on first use) keeps references to the groups that
-    # exist when it is imported: imported after init, the group outlives destroy_process_group() and
+    # torch._dynamo (imported by the first call of a torch custom op, sympathy's too) keeps references to the
+    # groups that exist when it is imported: imported after init, the group outlives destroy_process_group() and
     # gloo's teardown runs during interpreter exit, where it can abort (SIGABRT, seen once in CI).
     importlib.import_module("torch._dynamo")
     threads = lambda: len(os.listdir("/proc/self/task"))   # noqa: E731
