@@ -7,13 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from fault_workers import HERE, run_fault_workers, total_kills
 
 pytestmark = pytest.mark.stress
 
 RUNS = 100
 CONTIGUOUS_RUNS = 40
-WORKERS = 2
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.mark.parametrize("wait,layout,runs", [("busy_spin", "slots", RUNS), ("yield", "slots", RUNS),
@@ -23,27 +22,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def test_killing_a_random_peer_loses_no_live_item(wait, layout, runs):
     """The contiguous layout (headers apart from the items) with fewer runs: the liveness code is
     the same, only where a header sits differs."""
-    workers = [subprocess.Popen([sys.executable, os.path.join(HERE, "ring_fault_runs.py"), "--wait", wait,
-                                 "--runs", str(runs // WORKERS), "--seed", str(1000 * w), "--layout", layout],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for w in range(WORKERS)]
-    summaries = []
-    try:
-        for worker in workers:
-            out, err = worker.communicate(timeout=600)
-            assert worker.returncode == 0, f"worker exit status {worker.returncode}:\n{out}\n{err}"
-            summaries.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for worker in workers:
-            worker.kill()
+    summaries = run_fault_workers("ring_fault_runs.py", runs, ["--wait", wait, "--layout", layout])
     failures = [f for s in summaries for f in s["failures"]]
-    kills = {}
-    for s in summaries:
-        for role, n in s["kills"].items():
-            kills[role] = kills.get(role, 0) + n
+    kills = total_kills(summaries)
     print(f"{wait}, {layout}: {runs} runs, kills {kills}, {sum(s['items'] for s in summaries)} items verified, "
           f"{sum(s['lost'] for s in summaries)} sequences of dead producers skipped")
-    assert sum(s["runs"] for s in summaries) == runs
     assert not failures, failures
     assert kills.get("producer", 0) and kills.get("consumer", 0) and kills.get("handler", 0)
 
