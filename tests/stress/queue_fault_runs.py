@@ -52,16 +52,24 @@ DEADLINE = 60.0       # the whole run
 FRAME_BYTES, FRAME_COUNT, FRAME_EVERY = 4096, 6, 3   # --frames: 6 >= consumers + 2 buffers
 
 
+def _size(p: int, i: int, sizes: int) -> int:
+    """Item i of producer p's length, spread over [0, sizes) by (p, i)."""
+    return (p * 7919 + i * 104729) % sizes
+
+
+def _fill(p: int, i: int) -> int:
+    """Item i of producer p's filler value, so that a torn or foreign record shows."""
+    return (p * 31 + i) % 251
+
+
 def payload(p: int, i: int) -> bytes:
     """Deterministic from (producer, sequence), so a consumer can tell a torn or foreign record."""
-    n = (p * 7919 + i * 104729) % 3001
-    return bytes([(p * 31 + i) % 251]) * n
+    return bytes([_fill(p, i)]) * _size(p, i, 3001)
 
 
 def array_item(p: int, i: int) -> np.ndarray:
     """--frames: [p << 32 | i, then a pattern of (p, i)], 1 to 512 int64 (a frame's buffer holds 512)."""
-    n = 1 + (p * 7919 + i * 104729) % 512
-    out = np.full(n, (p * 31 + i) % 251, np.int64)
+    out = np.full(1 + _size(p, i, 512), _fill(p, i), np.int64)
     out[0] = p << 32 | i
     return out
 
@@ -163,6 +171,7 @@ def one_run(seed: int, frames: bool = False) -> tuple[dict, list[str]]:
     producer_died = killed and role == "producer"
     budget = q.lost + 1 if consumer_died else 0
     missing = 0
+    every_item = set(range(ITEMS))
     for p in range(PRODUCERS):
         mine = {x & 0xFFFFFFFF for x in seen if x >> 32 == p}
         if producer_died and p == index:
@@ -177,10 +186,10 @@ def one_run(seed: int, frames: bool = False) -> tuple[dict, list[str]]:
                 failures.append(f"seed {seed}: dead producer {p}: {n - m} of its returned puts undelivered, "
                                 f"q.abandoned = {q.abandoned}")
             continue
-        extra = mine - set(range(ITEMS))
+        extra = mine - every_item
         if extra:
             failures.append(f"seed {seed}: producer {p}: {len(extra)} items delivered that were never put")
-        missing += ITEMS - len(mine & set(range(ITEMS)))
+        missing += ITEMS - len(mine & every_item)
     if missing > budget:
         failures.append(f"seed {seed}: {missing} items of live producers lost (allowed {budget}: q.lost "
                         f"{q.lost}, {'a consumer' if consumer_died else 'no consumer'} killed)")
