@@ -97,6 +97,26 @@ struct Consumer {
 #define SY_HOPPER_FWD_MID_WAIT_MASKED 1
 #endif
     static constexpr bool kMidWaitMasked = SY_HOPPER_FWD_MID_WAIT_MASKED;
+    // d = 64's 128 x 128 tiles, causal (HopperTraitsD64Short: N <= 1024, where the tiles average 4.5 key
+    // blocks and the exponentials set the pace): SY_HOPPER_FWD_SHORT_WAIT_AFTER_TILES, the wait follows that
+    // many of the first row's kBlockN / 8 n8 tiles (FlashAttention-4's d = 64 loop waits after 12 of its 66
+    // MUFU.EX2); SY_HOPPER_FWD_SHORT_SPLIT_FIRST, a tile's first block (next_tile) waits for the previous tile's
+    // last P V between its rows too. Each measured +0.7-1.1 % at d = 64 N = 1024 causal and -1.5-2 % at d = 128
+    // or not causal (docs/notes-hopper.md, 2026-11-29i), so they apply here only; together +1.3 % there
+    // (2026-11-29k: 331 -> 336 TFLOP/s, level with cuDNN's 336).
+#ifndef SY_HOPPER_FWD_SHORT_WAIT_AFTER_TILES
+#define SY_HOPPER_FWD_SHORT_WAIT_AFTER_TILES 8
+#endif
+#ifndef SY_HOPPER_FWD_SHORT_SPLIT_FIRST
+#define SY_HOPPER_FWD_SHORT_SPLIT_FIRST 1
+#endif
+    static constexpr bool kShortCausal = Tr::kHeadDim == 64 && Tr::kConsumerWGs == 2 && kBand == kBandCausal &&
+                                         (kMode & kVarlenFlag) == 0 && !kDropout;
+    static constexpr int kWaitAfter =
+        kShortCausal && SY_HOPPER_FWD_SHORT_WAIT_AFTER_TILES < kNTilesS ? SY_HOPPER_FWD_SHORT_WAIT_AFTER_TILES : kNTilesS;
+    static_assert(kWaitAfter % 2 == 0 && kWaitAfter > 0, "P packs n8 tiles in pairs; the pin needs one");
+    static constexpr bool kSplitFirst = kShortCausal && SY_HOPPER_FWD_SHORT_SPLIT_FIRST && kMidWait && kRowOrder &&
+                                        Tr::kRescaleSlackLog2 > 0;
     __device__ __forceinline__ void wait_turn() { named_bar_sync(1 + wg, 256); }
     __device__ __forceinline__ void pass_turn() { named_bar_arrive(1 + (wg + 1) % Tr::kConsumerWGs, 256); }
 
@@ -181,8 +201,8 @@ struct Consumer {
                      : "memory");
     }
     // The same for the first row alone (fold_split: the wait follows that row's exponentials).
-    __device__ __forceinline__ void pin_first_row() {
-        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_addr(sm.sink + threadIdx.x - 128)), "f"(softmax.l_i[0]) : "memory");
+    __device__ __forceinline__ void pin_first_row(float l) {
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_addr(sm.sink + threadIdx.x - 128)), "f"(l) : "memory");
     }
 
     // Scores of key block j (absolute) at or past seqlen_k, and outside a row's band (causal: right of
@@ -266,20 +286,32 @@ struct Consumer {
     };
 
     // fold() (lazy) with the wait for P V of ring block kv between the first row's exponentials and the
-    // second's (kMidWait), then P packed.
+    // second's (kMidWait), then P packed. kRowOrder: the wait follows the first row's first kWaitAfter n8 tiles
+    // (all but on kShortCausal), the rest of that row and the second row follow its packed P.
     __device__ __forceinline__ void fold_split(int kv) {
-        bool rescaled = softmax.fold_lazy_row(rS, 0, 0, scale_log2, Tr::kRescaleSlackLog2, alpha[0]);
-        pin_first_row();
-        wgmma_wait<0>();
-        retire_pv(kv);
-        if constexpr (kRowOrder) {
-            convert_p_row(0);
-            rescaled |= softmax.fold_lazy_row(rS, 0, 1, scale_log2, Tr::kRescaleSlackLog2, alpha[1], After{rP[0][0]});
-            convert_p_row(1);
-        } else {
+        if constexpr (!kRowOrder) {
+            bool rescaled = softmax.fold_lazy_row(rS, 0, 0, scale_log2, Tr::kRescaleSlackLog2, alpha[0]);
+            pin_first_row(softmax.l_i[0]);
+            wgmma_wait<0>();
+            retire_pv(kv);
             rescaled |= softmax.fold_lazy_row(rS, 0, 1, scale_log2, Tr::kRescaleSlackLog2, alpha[1]);
             convert_p();
+            rescale_pending = __any_sync(0xffffffffu, rescaled);
+            return;
         }
+        bool rescaled;
+        float l;
+        const float m = softmax.lazy_row_max(rS, 0, 0, scale_log2, Tr::kRescaleSlackLog2, alpha[0], rescaled, l);
+        softmax.template exponentiate_tiles<0, kWaitAfter>(rS, 0, 0, scale_log2, m, l);
+        pin_first_row(l);
+        wgmma_wait<0>();
+        retire_pv(kv);
+        convert_p_tiles<0, kWaitAfter>(0);
+        softmax.template exponentiate_tiles<kWaitAfter, kNTilesS>(rS, 0, 0, scale_log2, After{rP[0][0]}(m), l);
+        softmax.l_i[0] = l;
+        convert_p_tiles<kWaitAfter, kNTilesS>(0);
+        rescaled |= softmax.fold_lazy_row(rS, 0, 1, scale_log2, Tr::kRescaleSlackLog2, alpha[1], After{rP[0][0]});
+        convert_p_tiles<0, kNTilesS>(1);
         rescale_pending = __any_sync(0xffffffffu, rescaled);
     }
 
@@ -289,14 +321,15 @@ struct Consumer {
         const float(&s)[4] = rS[0][2 * kk + reg / 2];
         rP[kk][reg] = MmaOp<T>::pack(s[2 * (reg % 2)], s[2 * (reg % 2) + 1]);
     }
-    __device__ __forceinline__ void convert_p_row(int half) {
+    template <int kFrom, int kTo>   // n8 tiles kFrom..kTo-1 of the thread's row `half` (kFrom, kTo even)
+    __device__ __forceinline__ void convert_p_tiles(int half) {
 #pragma unroll
-        for (int kk = 0; kk < Tr::kPVSteps; ++kk) {
+        for (int kk = kFrom / 2; kk < kTo / 2; ++kk) {
             pack_p(kk, half);
             pack_p(kk, 2 + half);
         }
     }
-    // Both rows, register by register (convert_p_row(0) then (1) puts the F2FP in another order in the SASS).
+    // Both rows, register by register (row by row puts the F2FP in another order in the SASS).
     __device__ __forceinline__ void convert_p() {
 #pragma unroll
         for (int kk = 0; kk < Tr::kPVSteps; ++kk)
@@ -387,6 +420,12 @@ struct Consumer {
 
     // The tile's first S, once complete: the block with no P V of this tile before it.
     __device__ __forceinline__ void fold_first(const TileWork &x, const sy_attn_params &p, Band band) {
+        start_tile(x, p, band);
+        fold();
+        rescale_pending = false;   // O has no values yet: the first P V overwrites it
+    }
+    // fold_first's part before the softmax: K's stage freed, the rows and softmax reset, the first block masked.
+    __device__ __forceinline__ void start_tile(const TileWork &x, const sy_attn_params &p, Band band) {
         fence_regs(flat_s());
         release(&sm.bars->k_empty[stage_of(x.kv0)]);
         row0 = x.m0 + wg * Tr::kRowsPerWG;
@@ -396,8 +435,6 @@ struct Consumer {
         } else if ((kBand == kBandLocal && x.unmasked_begin > 0) || x.unmasked_end == 0) {
             mask(x, x.first_block, p, band);
         }
-        fold();
-        rescale_pending = false;   // O has no values yet: the first P V overwrites it
     }
 
     // Q of tile x to registers (kQInRegisters), its buffer released at once.
@@ -492,6 +529,15 @@ struct Consumer {
         const OnlineSoftmaxFragment<1> done = softmax;   // c's row maxima and sums
         const int c_row0 = row0;
         wgmma_wait<1>();   // x's S is done (c's P V may still run)
+        if constexpr (kSplitFirst) {
+            // The wait for c's last P V between x's two rows, as in step; c's O is stored after x's P is packed
+            // (rP, not S's fp32 scores, live across the store).
+            start_tile(x, p, band);
+            fold_split(c.kv0 + c.n_blocks - 1);
+            rescale_pending = false;   // O has no values yet: the first P V overwrites it
+            store(p, c, c_row0, done);
+            return;
+        }
         fold_first(x, p, band);
         pin_softmax();
         draw_early(x, key_block(x, 0, p), p);   // dropout

@@ -118,8 +118,14 @@ struct OnlineSoftmaxFragment {
     template <int kNTilesS>
     __device__ __forceinline__ void exponentiate(float (&rS)[kMAtoms][kNTilesS][4], int ma, int half,
                                                  float scale_log2, float m_scaled, float &l) {
+        exponentiate_tiles<0, kNTilesS>(rS, ma, half, scale_log2, m_scaled, l);
+    }
+    // The same for the row's n8 tiles kFrom..kTo-1 only.
+    template <int kFrom, int kTo, int kNTilesS>
+    __device__ __forceinline__ void exponentiate_tiles(float (&rS)[kMAtoms][kNTilesS][4], int ma, int half,
+                                                       float scale_log2, float m_scaled, float &l) {
 #pragma unroll
-        for (int nt = 0; nt < kNTilesS; ++nt) {
+        for (int nt = kFrom; nt < kTo; ++nt) {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
                 float &s = rS[ma][nt][2 * half + c];
@@ -197,18 +203,31 @@ struct OnlineSoftmaxFragment {
     template <int kNTilesS, class Order = Unordered>
     __device__ __forceinline__ bool fold_lazy_row(float (&rS)[kMAtoms][kNTilesS][4], int ma, int half, float scale_log2,
                                                   float slack_log2, float &alpha, Order order = {}) {
+        bool grow;
+        float l;
+        const float m_scaled = lazy_row_max(rS, ma, half, scale_log2, slack_log2, alpha, grow, l, order);
+        exponentiate(rS, ma, half, scale_log2, m_scaled, l);
+        l_i[2 * ma + half] = l;
+        return grow;
+    }
+
+    // fold_lazy_row up to its exponentials, for a caller that exponentiates the row in parts
+    // (exponentiate_tiles): sets alpha, grow (the maximum moved) and l (the row's old sum moved onto the
+    // maximum) and returns the maximum to subtract, in exp2 units. The caller stores the row's final l to l_i.
+    template <int kNTilesS, class Order = Unordered>
+    __device__ __forceinline__ float lazy_row_max(const float (&rS)[kMAtoms][kNTilesS][4], int ma, int half,
+                                                  float scale_log2, float slack_log2, float &alpha, bool &grow,
+                                                  float &l, Order order = {}) {
         const int r = 2 * ma + half;
         const float m_new = order(row_max(rS, ma, half));
         // m_i = -inf: +inf > slack, the row takes its first finite maximum (or stays -inf,
         // NaN > slack_log2 being false, while every score it saw is masked).
-        const bool grow = (m_new - m_i[r]) * scale_log2 > slack_log2;
+        grow = (m_new - m_i[r]) * scale_log2 > slack_log2;
         const float m_scaled = scaled_max(grow ? m_new : m_i[r], scale_log2);
         alpha = grow ? fast_exp2(m_i[r] * scale_log2 - m_scaled) : 1.f;
         if (grow) m_i[r] = m_new;
-        float l = l_i[r] * alpha;
-        exponentiate(rS, ma, half, scale_log2, m_scaled, l);
-        l_i[r] = l;
-        return grow;
+        l = l_i[r] * alpha;
+        return m_scaled;
     }
 
     template <int kNTilesO>
