@@ -84,8 +84,7 @@ struct Consumer {
     // between the second row's MUFUs. Measured on the H200 with kMidWaitMasked against the code before
     // (docs/notes-hopper.md, 2026-11-29i): d = 128 +2.6-5 % not causal, +1.7-2.8 % causal (N = 4096 not
     // causal 677-698 TFLOP/s, FlashAttention-4's kernel 648-651 in the same processes); d = 64 +1.3 % causal
-    // at N = 1024, -0.6 to -1.6 % not causal at N = 4096. Waiting after half the first row (+0.7-1.1 % at
-    // d = 64 N = 1024 causal, -1.5-2 % at d = 128) was measured and not kept.
+    // at N = 1024, -0.6 to -1.6 % not causal at N = 4096. Waiting after half the first row: kShortCausal below.
 #ifndef SY_HOPPER_FWD_ROW_ORDER
 #define SY_HOPPER_FWD_ROW_ORDER 1
 #endif
@@ -100,10 +99,9 @@ struct Consumer {
     // d = 64's 128 x 128 tiles, causal (HopperTraitsD64Short: N <= 1024, where the tiles average 4.5 key
     // blocks and the exponentials set the pace): SY_HOPPER_FWD_SHORT_WAIT_AFTER_TILES, the wait follows that
     // many of the first row's kBlockN / 8 n8 tiles (FlashAttention-4's d = 64 loop waits after 12 of its 66
-    // MUFU.EX2); SY_HOPPER_FWD_SHORT_SPLIT_FIRST, a tile's first block (next_tile) waits for the previous tile's
-    // last P V between its rows too. Each measured +0.7-1.1 % at d = 64 N = 1024 causal and -1.5-2 % at d = 128
-    // or not causal (docs/notes-hopper.md, 2026-11-29i), so they apply here only; together +1.3 % there
-    // (2026-11-29k: 331 -> 336 TFLOP/s, level with cuDNN's 336).
+    // MUFU.EX2; 4 and 6 measured no better); SY_HOPPER_FWD_SHORT_SPLIT_FIRST, a tile's first block (next_tile)
+    // waits for the previous tile's last P V between its rows too. Each cost 1.5-2 % at d = 128 or not causal
+    // (docs/notes-hopper.md, 2026-11-29i), so they apply here only: together +1.3-1.6 % (2026-11-29k).
 #ifndef SY_HOPPER_FWD_SHORT_WAIT_AFTER_TILES
 #define SY_HOPPER_FWD_SHORT_WAIT_AFTER_TILES 8
 #endif
