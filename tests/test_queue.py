@@ -380,6 +380,45 @@ def test_joinable_join_does_not_wait_for_a_lost_item():
     assert joiner.exitcode == 0 and q.lost == 1
 
 
+def test_join_timeout_is_keyword_only_and_read_as_get_reads_one():
+    q = sy.JoinableQueue()
+    q.join(timeout=0)            # nothing put: done at once, with any timeout
+    q.put("a")
+    with pytest.raises(TimeoutError, match=r"^join\(timeout=0.2\) ran out with 1 item\(s\) not yet task_done\(\)$"):
+        q.join(timeout=0.2)
+    with pytest.raises(TimeoutError):
+        q.join(timeout=-1)       # negative: one look, as get's
+    with pytest.raises(TypeError):
+        q.join(0.2)              # multiprocessing's join takes no argument: ours are keyword-only
+    with pytest.raises(TypeError, match="timeout must be a number"):
+        q.join(timeout="1")
+    with pytest.raises(ValueError, match="nan"):
+        q.join(timeout=float("nan"))
+    assert q.get(timeout=TIMEOUT) == "a"
+    q.task_done()
+    q.join(timeout=TIMEOUT)
+
+
+def _get_one_and_hang(q, got):
+    q.get(timeout=TIMEOUT)       # delivered: this process has the item, and dies before task_done
+    got.set()
+    time.sleep(600)  # killed here
+
+
+def test_join_with_a_timeout_ends_where_a_consumer_died_between_get_and_task_done():
+    """The item was delivered, so it is not lost (q.lost stays 0), and nobody can tell whether it
+    was done: join() would wait for ever, as multiprocessing's does. join(timeout=) ends instead."""
+    q = sy.JoinableQueue()
+    q.put("delivered")
+    child = _signal_when_ready(_get_one_and_hang, q, signal.SIGKILL)
+    assert child.exitcode == -signal.SIGKILL
+    with pytest.raises(TimeoutError, match="with 1 item"):
+        q.join(timeout=0.3)
+    assert q.lost == 0 and q.qsize() == 0
+    q.task_done()                # whoever knows it was done may still say so
+    q.join(timeout=TIMEOUT)
+
+
 def _use_once_and_vanish(q, role):
     if role == "put":
         q.put(os.getpid())

@@ -426,11 +426,22 @@ class JoinableQueue(Queue):
         if lib.sy_queue_task_done(self._handle) == SY_EINVAL:
             raise ValueError("task_done() called too many times")
 
-    def join(self) -> None:
+    def join(self, *, timeout: float | None = None) -> None:
         """Until every item put has been task_done() (an item lost with a dead consumer counts as
-        done: nobody can call task_done for it)."""
-        while lib.sy_queue_join(self._handle, _SLICE_NS) == SY_ETIMEDOUT:
-            pass
+        done: nobody can call task_done for it).
+
+        timeout (ours, keyword-only; multiprocessing's join has none): seconds, then TimeoutError
+        naming how many items are not yet done; negative looks once. An item that a consumer got and
+        died before its task_done() stays unfinished (whether it was done, nobody can tell: another
+        process may call task_done for it), so there join() without a timeout waits for ever, as
+        multiprocessing's does."""
+        t = -1 if timeout is None else _timeout_ns(True, timeout)
+        while lib.sy_queue_join(self._handle, _SLICE_NS if t < 0 or t > _SLICE_NS else t) == SY_ETIMEDOUT:
+            if 0 <= t <= _SLICE_NS:
+                raise TimeoutError(f"join(timeout={timeout}) ran out with {self._counts().unfinished} "
+                                   "item(s) not yet task_done()")
+            if t > 0:
+                t -= _SLICE_NS
 
 
 def _record_bytes(record) -> int:
