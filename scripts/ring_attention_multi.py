@@ -24,6 +24,7 @@ the tables (its JSON, with every rank's figures, goes to --out):
 FLOPs as scripts/bwd_device.py counts them: forward 4 B H N^2 d / 2 (causal), forward+backward 3.5x.
 """
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -95,22 +96,19 @@ def shard(x, args):
     return sy.attention.shard_sequence(x, args.world, args.rank, layout="zigzag").contiguous()
 
 
-def ring_step(q, k, v, dout, backward):
+def attention_step(attention, q, k, v, dout, backward):
+    """attention(q, k, v) causal with GQA (ring_attention, or our SDPA on the whole sequence); with backward,
+    the output and the gradients of q, k, v."""
     ins = [t.detach().requires_grad_(backward) for t in (q, k, v)]
-    out = sy.attention.ring_attention(*ins, is_causal=True, enable_gqa=True)
+    out = attention(*ins, is_causal=True, enable_gqa=True)
     if backward:
         out.backward(dout)
         return [out.detach()] + [t.grad for t in ins]
     return [out]
 
 
-def single_step(q, k, v, dout, backward):
-    ins = [t.detach().requires_grad_(backward) for t in (q, k, v)]
-    out = sy.attention.scaled_dot_product_attention(*ins, is_causal=True, enable_gqa=True)
-    if backward:
-        out.backward(dout)
-        return [out.detach()] + [t.grad for t in ins]
-    return [out]
+ring_step = functools.partial(attention_step, sy.attention.ring_attention)
+single_step = functools.partial(attention_step, sy.attention.scaled_dot_product_attention)
 
 
 def check(args, result):
